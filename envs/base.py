@@ -1,0 +1,108 @@
+"""The one text-environment protocol every agent loop speaks.
+
+A loop only ever calls ``reset``, ``step``, ``admissible_actions`` and, where
+``supports_snapshot`` is true, ``get_state``/``set_state``; it never special-cases an env.
+Invalid actions are reported as an observation with ``info["invalid_action"] = True``
+(never an exception), because one bad model output must not kill a rollout.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class EnvError(Exception):
+    """Base class of every error an environment raises on misuse (not on bad actions)."""
+
+
+class UnknownTaskError(EnvError, KeyError):
+    """``reset`` was asked for a task id the environment does not have."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+class EnvNotResetError(EnvError, RuntimeError):
+    """``step``/``admissible_actions``/``get_state`` was called before ``reset`` or after the episode ended."""
+
+
+class SnapshotNotSupportedError(EnvError, NotImplementedError):
+    """The environment cannot save and restore its full state."""
+
+
+class DependencyMissingError(EnvError, ImportError):
+    """An optional dependency (an engine binary, a dataset) is not installed."""
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """What a loop or a sequence builder may know about a task before playing it."""
+
+    task_id: str
+    family: str
+    difficulty: float
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class StepResult:
+    observation: str
+    reward: float
+    done: bool
+    info: dict[str, Any]
+
+    @property
+    def won(self) -> bool:
+        return bool(self.info.get("won", False))
+
+    @property
+    def invalid_action(self) -> bool:
+        return bool(self.info.get("invalid_action", False))
+
+
+class TextEnv(abc.ABC):
+    """A text environment. Subclasses set ``name`` and ``supports_snapshot``."""
+
+    name: str = "text_env"
+    supports_snapshot: bool = False
+
+    @abc.abstractmethod
+    def tasks(self) -> list[TaskSpec]:
+        """Every task this environment instance can be reset to."""
+
+    @abc.abstractmethod
+    def reset(self, task_id: str) -> tuple[str, dict[str, Any]]:
+        """Start ``task_id``; return the first observation and info (with ``task``: TaskSpec).
+
+        Raises UnknownTaskError for ids not in ``tasks()``.
+        """
+
+    @abc.abstractmethod
+    def step(self, action: str) -> StepResult:
+        """Apply a text action. ``info`` always holds ``won`` and ``invalid_action``."""
+
+    @abc.abstractmethod
+    def admissible_actions(self) -> list[str]:
+        """Actions that are valid in the current state, in a stable order."""
+
+    @abc.abstractmethod
+    def state_key(self) -> str:
+        """A canonical key of the current state (knowledge tables are keyed by it)."""
+
+    def get_state(self) -> Any:
+        """An opaque snapshot from which ``set_state`` restores this exact state, RNG included."""
+        raise SnapshotNotSupportedError(f"{self.name} cannot snapshot its state")
+
+    def set_state(self, state: Any) -> None:
+        raise SnapshotNotSupportedError(f"{self.name} cannot restore a snapshot")
+
+    def task(self, task_id: str) -> TaskSpec:
+        for spec in self.tasks():
+            if spec.task_id == task_id:
+                return spec
+        raise UnknownTaskError(f"{self.name}: unknown task id {task_id!r}")
+
+    def close(self) -> None:
+        """Release processes or files; the default has nothing to release."""
