@@ -29,7 +29,7 @@ ENV_CLASSES: dict[str, str] = {
 
 def make_env(name: str, **kwargs: Any) -> TextEnv:
     if name not in ENV_CLASSES:
-        raise UnknownTaskError(f"unknown environment {name!r}; known: {sorted(ENV_CLASSES)}")
+        raise ValueError(f"unknown environment {name!r}; known: {sorted(ENV_CLASSES)}")
     module_name, class_name = ENV_CLASSES[name].split(":")
     env_class = getattr(importlib.import_module(module_name), class_name)
     return env_class(**kwargs)
