@@ -73,9 +73,11 @@ class TextEnv(abc.ABC):
         """Every task this environment instance can be reset to."""
 
     @abc.abstractmethod
-    def reset(self, task_id: str) -> tuple[str, dict[str, Any]]:
+    def reset(self, task_id: str, seed: int | None = None) -> tuple[str, dict[str, Any]]:
         """Start ``task_id``; return the first observation and info (with ``task``: TaskSpec).
 
+        ``seed`` drives the env's own randomness for this episode (slips, opponents); ``None``
+        makes the episode a fixed function of the task id. Deterministic envs ignore it.
         Raises UnknownTaskError for ids not in ``tasks()``.
         """
 

@@ -1,0 +1,5 @@
+"""Agent loops registered into verl's agent-loop registry (``verl.experimental.agent_loop.register``)."""
+
+from skl_verl.agent_loops.env_loop import EnvAgentLoop, EpisodeResult
+
+__all__ = ["EnvAgentLoop", "EpisodeResult"]

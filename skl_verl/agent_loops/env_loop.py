@@ -1,0 +1,241 @@
+"""Multi-turn agent loop that plays any ``envs`` environment inside verl's agent-loop framework.
+
+One episode is one training sample: the first prompt (system + first observation) is the
+prompt; every assistant turn (response_mask 1) and every env observation after it
+(response_mask 0, so the policy is never trained to predict the environment) form the response.
+The dataset row names the env and task in ``extra_info``::
+
+    extra_info = {"env_spec": '{"name": "frozenlake", "kwargs": {...}}', "task_id": "...", "index": i}
+
+Bad model output (no tag, empty action, unknown action) is answered with an observation that
+says what was wrong, counted, and penalised; it never raises.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
+from verl.utils.profiler import simple_timer
+
+from envs import TextEnv
+from skl_verl import sample_fields as sf
+from skl_verl.env_pool import ENV_POOL
+from skl_verl.parsing import build_parser
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_SYSTEM_PROMPT = (
+    "You are an agent acting in a text environment. Each turn you see an observation and the "
+    "admissible actions. Think briefly, then reply with exactly one action inside "
+    "<action>...</action>, copied from the admissible actions."
+)
+
+
+@dataclass
+class EpisodeResult:
+    """Everything one played episode produced, before it becomes an AgentLoopOutput."""
+
+    prompt_ids: list[int]
+    response_ids: list[int]
+    response_mask: list[int]
+    response_logprobs: list[float] | None
+    messages: list[dict[str, str]]
+    env_return: float = 0.0
+    won: bool = False
+    turns: int = 0
+    invalid_format_turns: int = 0
+    invalid_action_turns: int = 0
+    truncated: bool = False
+    """Stopped by max_turns or the response-length budget rather than by the env."""
+    failed: str | None = None
+    """Set when the env timed out or crashed; the sample is kept (reward 0) and flagged."""
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+def parse_env_spec(extra_info: dict[str, Any]) -> tuple[str, dict[str, Any], str]:
+    """Read (env name, env kwargs, task id) from a dataset row's ``extra_info``; clear errors otherwise."""
+    if not isinstance(extra_info, dict) or "env_spec" not in extra_info or "task_id" not in extra_info:
+        raise ValueError(
+            "dataset row is missing extra_info.env_spec / extra_info.task_id; build datasets with "
+            "skl_verl.data.write_env_dataset"
+        )
+    spec = extra_info["env_spec"]
+    spec = json.loads(spec) if isinstance(spec, str) else dict(spec)
+    if "name" not in spec:
+        raise ValueError(f"env_spec {spec!r} has no 'name'")
+    return spec["name"], dict(spec.get("kwargs") or {}), str(extra_info["task_id"])
+
+
+def render_turn(observation: str, actions: list[str]) -> str:
+    return f"{observation}\n\nAdmissible actions: {', '.join(actions)}"
+
+
+@register("skl_env")
+class EnvAgentLoop(AgentLoopBase):
+    """Options come from the agent-loop YAML entry (hydra passes extra keys to ``__init__``)."""
+
+    def __init__(
+        self,
+        *args: Any,
+        max_turns: int = 20,
+        parser: Any = None,
+        invalid_format_penalty: float = 0.1,
+        env_step_timeout_s: float = 60.0,
+        system_prompt: str = DEFAULT_SYSTEM_PROMPT,
+        **kwargs: Any,
+    ):
+        super().__init__(*args, **kwargs)
+        if max_turns <= 0:
+            raise ValueError("max_turns must be positive")
+        if invalid_format_penalty < 0:
+            raise ValueError("invalid_format_penalty is a penalty: give it as a non-negative number")
+        self.max_turns = max_turns
+        self.parser = build_parser(parser)
+        self.invalid_format_penalty = invalid_format_penalty
+        self.env_step_timeout_s = env_step_timeout_s
+        self.system_prompt = system_prompt
+        self.response_length = self.rollout_config.response_length
+
+    async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
+        env_name, env_kwargs, task_id = parse_env_spec(kwargs.get("extra_info"))
+        trajectory_id = _trajectory_id(kwargs)
+        with ENV_POOL.lease(env_name, env_kwargs) as env:
+            episode = await self.play_episode(
+                env, task_id, sampling_params, self.system_prompt, seed=stable_seed(trajectory_id)
+            )
+        fields = {
+            sf.TRAJECTORY_ID: trajectory_id,
+            sf.SEQUENCE_ID: task_id,
+            sf.POSITION: 0,
+            sf.PHASE: "act",
+            sf.TOKEN_CREDIT: None,
+        }
+        return self.to_output(episode, reward=self.shaped_reward(episode), fields=fields)
+
+    def shaped_reward(self, episode: EpisodeResult) -> float:
+        if episode.failed:
+            return 0.0
+        return episode.env_return - self.invalid_format_penalty * episode.invalid_format_turns
+
+    async def play_episode(
+        self, env: TextEnv, task_id: str, sampling_params: dict[str, Any], system_prompt: str, seed: int | None
+    ) -> EpisodeResult:
+        observation, _ = env.reset(task_id, seed=seed)
+        messages = [
+            {"role": "system", "content": system_prompt},
+            {"role": "user", "content": render_turn(observation, env.admissible_actions())},
+        ]
+        prompt_ids = await self.ct_build_initial_tokens(messages)
+        token_ids = list(prompt_ids)
+        response_mask: list[int] = []
+        logprobs: list[float] | None = [] if sampling_params.get("logprobs") else None
+        episode = EpisodeResult(prompt_ids, [], [], None, messages)
+        timing: dict[str, float] = {}
+        request_id = uuid.uuid4().hex
+        done = False
+        while not done:
+            if episode.turns >= self.max_turns:
+                episode.truncated = True
+                break
+            episode.turns += 1
+            with simple_timer("generate_sequences", timing):
+                output = await self.server_manager.generate(
+                    request_id=request_id, prompt_ids=token_ids, sampling_params=sampling_params
+                )
+            merged, response_mask, logprobs = await self.ct_merge_assistant_token(
+                token_ids, output.token_ids, response_mask, logprobs, assistant_logprobs=output.log_probs
+            )
+            token_ids = merged.token_ids
+            text = self.tokenizer.decode(output.token_ids, skip_special_tokens=True)
+            messages.append({"role": "assistant", "content": text})
+            if len(response_mask) >= self.response_length:
+                episode.truncated = True
+                break
+            feedback, done = await self._act(env, text, episode, timing)
+            if done:
+                break
+            previous = list(messages)
+            messages.append({"role": "user", "content": feedback})
+            merged, new_mask, new_logprobs = await self.ct_merge_context_msg(
+                previous, messages, token_ids, response_mask, logprobs
+            )
+            if len(new_mask) >= self.response_length:
+                episode.truncated = True
+                break
+            token_ids, response_mask, logprobs = merged.token_ids, new_mask, new_logprobs
+        episode.response_ids = token_ids[len(token_ids) - len(response_mask) :]
+        episode.prompt_ids = token_ids[: len(token_ids) - len(response_mask)]
+        episode.response_mask = response_mask
+        episode.response_logprobs = logprobs
+        episode.metrics = {"generate_s": timing.get("generate_sequences", 0.0), "env_s": timing.get("env_step", 0.0)}
+        return episode
+
+    async def _act(self, env: TextEnv, text: str, episode: EpisodeResult, timing: dict) -> tuple[str, bool]:
+        """Apply one model turn to the env; return (feedback observation, episode over)."""
+        parsed = self.parser(text)
+        if not parsed.ok:
+            episode.invalid_format_turns += 1
+            return f"Invalid response: {parsed.error}.\n\n{render_turn('Try again.', env.admissible_actions())}", False
+        try:
+            with simple_timer("env_step", timing):
+                loop = asyncio.get_running_loop()
+                step = await asyncio.wait_for(
+                    loop.run_in_executor(None, env.step, parsed.action), timeout=self.env_step_timeout_s
+                )
+        except Exception as exc:  # a hung or crashed env must not take the whole batch down
+            kind = "timed out" if isinstance(exc, asyncio.TimeoutError) else f"raised {type(exc).__name__}: {exc}"
+            episode.failed = f"env.step({parsed.action!r}) {kind}"
+            logger.warning("episode failed: %s", episode.failed)
+            return "", True
+        episode.env_return += step.reward
+        episode.invalid_action_turns += int(step.invalid_action)
+        episode.won = episode.won or step.won
+        if step.done:
+            return step.observation, True
+        return render_turn(step.observation, env.admissible_actions()), False
+
+    def to_output(self, episode: EpisodeResult, reward: float, fields: dict[str, Any]) -> AgentLoopOutput:
+        n = self.response_length
+        extra = dict(fields)
+        extra.update(
+            {
+                sf.EPISODE_REWARD: episode.env_return,
+                "skl_won": episode.won,
+                "skl_turns": episode.turns,
+                "skl_invalid_format_turns": episode.invalid_format_turns,
+                "skl_invalid_action_turns": episode.invalid_action_turns,
+                "skl_truncated": episode.truncated,
+                "skl_failed": episode.failed or "",
+                "turn_scores": [],
+                "tool_rewards": [],
+            }
+        )
+        return AgentLoopOutput(
+            prompt_ids=episode.prompt_ids,
+            response_ids=episode.response_ids[:n],
+            response_mask=episode.response_mask[:n],
+            response_logprobs=episode.response_logprobs[:n] if episode.response_logprobs else None,
+            reward_score=reward,
+            num_turns=len(episode.messages),
+            metrics=AgentLoopMetrics(generate_sequences=episode.metrics.get("generate_s", 0.0)),
+            extra_fields=extra,
+        )
+
+
+def stable_seed(text: str) -> int:
+    """A seed that is the same in every process (unlike ``hash``), so rollouts replay exactly."""
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:4], "little")
+
+
+def _trajectory_id(kwargs: dict[str, Any]) -> str:
+    uid = kwargs.get("uid")
+    if uid is None:
+        return uuid.uuid4().hex
+    return f"{uid}_{kwargs.get('session_id', 0)}"

@@ -1,0 +1,48 @@
+"""Group-relative advantages, vectorised (no Python loop over samples)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+import torch
+
+Normalisation = Literal["std", "mean"]
+
+
+def group_codes(*keys: np.ndarray) -> torch.Tensor:
+    """Dense int64 group ids for samples that agree on every key (strings, ints, anything hashable)."""
+    if not keys:
+        raise ValueError("group_codes needs at least one key array")
+    columns = []
+    for key in keys:
+        _, inverse = np.unique(np.asarray(key).astype(str), return_inverse=True)
+        columns.append(inverse.reshape(-1))
+    _, codes = np.unique(np.stack(columns, axis=1), axis=0, return_inverse=True)
+    return torch.as_tensor(codes.reshape(-1), dtype=torch.long)
+
+
+def group_relative_advantages(
+    returns: torch.Tensor, groups: torch.Tensor, norm: Normalisation = "std", eps: float = 1e-6
+) -> torch.Tensor:
+    """A_i = (R_i - mean_g) / (std_g + eps) (``norm="std"``) or R_i - mean_g (``"mean"``).
+
+    std is the unbiased sample std, as in verl's ``grpo``. A group with a single sample has no
+    baseline to compare against, so its advantage is 0 (verl's ``grpo`` would pass the raw
+    score through instead). Groups whose returns are all equal get 0 as well.
+    """
+    if norm not in ("std", "mean"):
+        raise ValueError(f"norm must be 'std' or 'mean', got {norm!r}")
+    if returns.shape != groups.shape or returns.dim() != 1:
+        raise ValueError(f"returns {tuple(returns.shape)} and groups {tuple(groups.shape)} must be equal 1-D shapes")
+    returns = returns.to(torch.float64)
+    num_groups = int(groups.max()) + 1 if groups.numel() else 0
+    counts = torch.bincount(groups, minlength=num_groups).to(torch.float64)
+    means = torch.zeros(num_groups, dtype=torch.float64).index_add_(0, groups, returns) / counts.clamp(min=1)
+    deviation = returns - means[groups]
+    advantages = deviation
+    if norm == "std":
+        sq = torch.zeros(num_groups, dtype=torch.float64).index_add_(0, groups, deviation**2)
+        std = (sq / (counts - 1).clamp(min=1)).sqrt()
+        advantages = deviation / (std[groups] + eps)
+    return torch.where(counts[groups] > 1, advantages, torch.zeros_like(advantages))

@@ -1,0 +1,63 @@
+"""Datasets verl's RLHFDataset can load, one row per (env, task) to play."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Iterable
+
+import pandas as pd
+
+from envs import make_env
+
+DEFAULT_AGENT_LOOP = "skl_env"
+
+
+def env_rows(
+    env_name: str,
+    env_kwargs: dict[str, Any],
+    task_ids: Iterable[str] | None = None,
+    agent_name: str = DEFAULT_AGENT_LOOP,
+    data_source: str | None = None,
+) -> list[dict[str, Any]]:
+    """Rows naming the env and task in ``extra_info``; the agent loop builds the real prompt.
+
+    ``prompt`` holds a short placeholder message because RLHFDataset requires a prompt column.
+    Task ids are checked against the env now, so a typo fails at dataset build, not mid-training.
+    """
+    env = make_env(env_name, **env_kwargs)
+    try:
+        specs = {spec.task_id: spec for spec in env.tasks()}
+    finally:
+        env.close()
+    ids = list(specs) if task_ids is None else list(task_ids)
+    unknown = [t for t in ids if t not in specs]
+    if unknown:
+        raise ValueError(f"{env_name}: unknown task ids {unknown[:5]}{'...' if len(unknown) > 5 else ''}")
+    env_spec = json.dumps({"name": env_name, "kwargs": env_kwargs}, sort_keys=True)
+    return [
+        {
+            "data_source": data_source or env_name,
+            "agent_name": agent_name,
+            "prompt": [{"role": "user", "content": f"Play {env_name} task {task_id}."}],
+            "reward_model": {"style": "env", "ground_truth": ""},
+            "extra_info": {
+                "index": i,
+                "env_spec": env_spec,
+                "task_id": task_id,
+                "family": specs[task_id].family,
+                "difficulty": float(specs[task_id].difficulty),
+            },
+        }
+        for i, task_id in enumerate(ids)
+    ]
+
+
+def write_parquet(rows: list[dict[str, Any]], path: str | os.PathLike) -> str:
+    """Atomically write rows as parquet (a half-written dataset file must never be read)."""
+    path = os.fspath(path)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = f"{path}.tmp-{os.getpid()}"
+    pd.DataFrame(rows).to_parquet(tmp, index=False)
+    os.replace(tmp, path)
+    return path

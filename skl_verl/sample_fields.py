@@ -1,0 +1,22 @@
+"""Per-sample fields that our agent loops attach and our estimators/losses read.
+
+verl carries an agent loop's ``extra_fields`` into the batch's ``non_tensor_batch`` one
+array per key; these names are the contract between the two sides. Keep them here, once.
+"""
+
+from __future__ import annotations
+
+TRAJECTORY_ID = "skl_trajectory_id"
+"""One id per played episode (or per SkillRise trial); samples of one trial share it."""
+SEQUENCE_ID = "skl_sequence_id"
+"""SkillRise: which ordered task sequence the sample belongs to (the task id elsewhere)."""
+POSITION = "skl_position"
+"""SkillRise: 0-based index k of the task inside its sequence (0 elsewhere)."""
+PHASE = "skl_phase"
+"""What the policy was doing: 'act' (plain env play), 'solve', 'curate', 'knowledge', ..."""
+TOKEN_CREDIT = "skl_token_credit"
+"""Optional per-response-token extra credit (list of floats, len = response length), or None."""
+EPISODE_REWARD = "skl_episode_reward"
+"""The env's return for the episode before format penalties."""
+
+ESTIMATOR_FIELDS = (TRAJECTORY_ID, SEQUENCE_ID, POSITION, PHASE, TOKEN_CREDIT)

@@ -1,0 +1,78 @@
+"""A tiny causal LM + tokenizer built locally from a config, with no hub download.
+
+Used by the CPU quickstart and tests: a 2-layer Qwen2 (random weights, ~0.1M parameters)
+with a byte-level BPE tokenizer trained on a small corpus of our prompts and a ChatML
+template, so verl's Qwen2 code paths (chat template, continuous-token builder) are exercised.
+It is a stand-in for Qwen3-4B / Qwen2.5-7B, which this machine cannot download or run.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+_CORPUS = [
+    "You are an agent acting in a text environment. Reply with exactly one action inside <action>...</action>.",
+    "<action>left</action> <action>down</action> <action>right</action> <action>up</action>",
+    "Admissible actions: left, down, right, up. You are on the frozen lake. S F H G P",
+    "<think>The goal is below.</think><action>down</action> <answer>Nf3</answer> <skill>Avoid holes.</skill>",
+    "Invalid response: no <action> block found. Try again. Nf3 Rxf2 c5 e4 Qxd8# O-O 1 2 3 4 5 6 7 8 a b c d e f g h",
+]
+
+
+def build_tiny_model(out_dir: str | os.PathLike, seed: int = 0, hidden_size: int = 64, num_layers: int = 2) -> Path:
+    """Write config, random weights and tokenizer to ``out_dir`` (idempotent) and return the path."""
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+    out = Path(out_dir)
+    if (out / "config.json").exists() and (out / "tokenizer.json").exists():
+        return out
+    out.mkdir(parents=True, exist_ok=True)
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=600,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    bpe.train_from_iterator(_CORPUS * 20, trainer=trainer)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=bpe,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        additional_special_tokens=["<|im_start|>", "<|im_end|>"],
+        model_max_length=8192,
+    )
+    tokenizer.chat_template = CHAT_TEMPLATE
+    tokenizer.save_pretrained(out)
+
+    torch.manual_seed(seed)
+    config = Qwen2Config(
+        vocab_size=(len(tokenizer) + 63) // 64 * 64,
+        hidden_size=hidden_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=hidden_size * 2,
+        max_position_embeddings=8192,
+        tie_word_embeddings=False,
+        bos_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    model = Qwen2ForCausalLM(config)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.save_pretrained(out)
+    return out

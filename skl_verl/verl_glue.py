@@ -1,0 +1,233 @@
+"""The one module that knows verl's internals. A verl upgrade should only touch this file.
+
+Extension points used (see docs/verl_integration.md):
+- ``core_algos.register_adv_est``: our advantage estimators under their own names.
+- ``agent_loop.register`` (in skl_verl.agent_loops) plus an agent-loop YAML so Ray workers,
+  which do not share the driver's registry, can instantiate our loops by name.
+- ``v1.register_trainer("skl_sync")``: a thin subclass of verl's synchronous trainer whose only
+  change is that estimators flagged ``wants_sample_fields`` also receive the per-sample fields our
+  agent loops attach (verl 0.9.1 passes only token_level_rewards, response_mask, config, index).
+- Ray's ``runtime_env.worker_process_setup_hook`` runs ``register()`` in every Ray process.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable
+
+import numpy as np
+import torch
+from verl import DataProto
+from verl.trainer.ppo import core_algos
+
+from skl_verl import sample_fields as sf
+from skl_verl.algorithms.group_advantage import group_codes, group_relative_advantages
+from skl_verl.algorithms.skillrise import skillrise_advantages
+
+logger = logging.getLogger(__name__)
+
+SAMPLE_FIELDS_ATTR = "wants_sample_fields"
+
+
+def wants_sample_fields(fn: Callable) -> Callable:
+    setattr(fn, SAMPLE_FIELDS_ATTR, True)
+    return fn
+
+
+def algorithm_section(config: Any, name: str) -> dict[str, Any]:
+    """``algorithm.<name>`` as a plain dict, whether config is a DictConfig, a dict, a dataclass or None."""
+    if config is None:
+        return {}
+    section = config.get(name) if hasattr(config, "get") else getattr(config, name, None)
+    if section is None:
+        return {}
+    return dict(section.items()) if hasattr(section, "items") else dict(section)
+
+
+def _require_fields(name: str, sample_fields: dict[str, np.ndarray] | None, keys: tuple[str, ...]) -> None:
+    if sample_fields is None:
+        raise ValueError(
+            f"advantage estimator {name!r} needs per-sample fields {keys}; verl's own compute_advantage does "
+            "not pass them. Train with skl_verl.main (trainer.v1.trainer_mode=skl_sync) or call "
+            "skl_verl.verl_glue.compute_advantage."
+        )
+    missing = [k for k in keys if k not in sample_fields]
+    if missing:
+        raise ValueError(f"estimator {name!r}: batch lacks per-sample fields {missing}; use an skl_verl agent loop")
+
+
+def _outcome_scores(token_level_rewards: torch.Tensor) -> torch.Tensor:
+    return token_level_rewards.sum(dim=-1)
+
+
+def _to_tokens(advantages: torch.Tensor, returns: torch.Tensor, response_mask: torch.Tensor):
+    mask = response_mask.to(torch.float32)
+    return advantages.to(torch.float32)[:, None] * mask, returns.to(torch.float32)[:, None] * mask
+
+
+@core_algos.register_adv_est("skillrise")
+@wants_sample_fields
+def skillrise_estimator(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    config: Any = None,
+    index: np.ndarray | None = None,
+    sample_fields: dict[str, np.ndarray] | None = None,
+    **_: Any,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """SkillRise Eqs. 6–7. Options under ``algorithm.skillrise``: gamma (0.6), norm ('std'|'mean'),
+    curate_weight (1.0), eps (1e-6)."""
+    keys = (sf.TRAJECTORY_ID, sf.SEQUENCE_ID, sf.POSITION, sf.PHASE)
+    _require_fields("skillrise", sample_fields, keys)
+    options = {"gamma": 0.6, "norm": "std", "curate_weight": 1.0, "eps": 1e-6}
+    unknown = set(algorithm_section(config, "skillrise")) - set(options)
+    if unknown:
+        raise ValueError(f"unknown algorithm.skillrise options {sorted(unknown)}; known: {sorted(options)}")
+    options.update(algorithm_section(config, "skillrise"))
+    phase = np.asarray(sample_fields[sf.PHASE]).astype(str)
+    bad = sorted(set(phase) - {"solve", "curate"})
+    if bad:
+        raise ValueError(f"skillrise estimator got phases {bad}; expected only 'solve' and 'curate'")
+    position = torch.as_tensor(np.asarray(sample_fields[sf.POSITION]).astype(np.int64))
+    is_curate = torch.as_tensor(phase == "curate")
+    advantages, returns = skillrise_advantages(
+        _outcome_scores(token_level_rewards),
+        trial=group_codes(sample_fields[sf.TRAJECTORY_ID]),
+        group=group_codes(sample_fields[sf.SEQUENCE_ID], sample_fields[sf.POSITION], phase),
+        position=position,
+        is_curate=is_curate,
+        gamma=float(options["gamma"]),
+        norm=options["norm"],
+        curate_weight=float(options["curate_weight"]),
+        eps=float(options["eps"]),
+    )
+    return _to_tokens(advantages, returns, response_mask)
+
+
+@core_algos.register_adv_est("skl_grpo")
+@wants_sample_fields
+def grouped_grpo_estimator(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    config: Any = None,
+    index: np.ndarray | None = None,
+    sample_fields: dict[str, np.ndarray] | None = None,
+    **_: Any,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """GRPO outcome advantages grouped by (sequence, position, phase) instead of by prompt uid, so
+    loops that emit several samples per prompt (phases, knowledge turns) are compared like with like.
+    Options under ``algorithm.skl_grpo``: norm ('std'|'mean'), eps."""
+    keys = (sf.SEQUENCE_ID, sf.POSITION, sf.PHASE)
+    _require_fields("skl_grpo", sample_fields, keys)
+    options = {"norm": "std", "eps": 1e-6} | algorithm_section(config, "skl_grpo")
+    groups = group_codes(*(sample_fields[k] for k in keys))
+    scores = _outcome_scores(token_level_rewards).to(torch.float64)
+    advantages = group_relative_advantages(scores, groups, norm=options["norm"], eps=float(options["eps"]))
+    return _to_tokens(advantages, scores, response_mask)
+
+
+def compute_advantage(data: DataProto, algorithm_config: Any) -> DataProto:
+    """Fill ``advantages``/``returns`` in ``data`` with the configured estimator.
+
+    Our estimators get ``sample_fields`` from ``data.non_tensor_batch``; any other name goes to
+    verl's own ``compute_advantage`` unchanged (so ``grpo``, ``gae``, ... behave exactly as in verl).
+    """
+    from verl.trainer.ppo.ray_trainer import compute_advantage as verl_compute_advantage
+
+    name = algorithm_config.get("adv_estimator") if hasattr(algorithm_config, "get") else algorithm_config.adv_estimator
+    if "token_level_rewards" not in data.batch.keys():
+        data.batch["token_level_rewards"] = data.batch["token_level_scores"]
+    fn = core_algos.get_adv_estimator_fn(name) if name in core_algos.ADV_ESTIMATOR_REGISTRY else None
+    if fn is None or not getattr(fn, SAMPLE_FIELDS_ATTR, False):
+        norm_by_std = algorithm_config.get("norm_adv_by_std_in_grpo", True)
+        return verl_compute_advantage(data, adv_estimator=name, norm_adv_by_std_in_grpo=norm_by_std, config=algorithm_config)
+    fields = {k: v for k, v in data.non_tensor_batch.items() if k.startswith("skl_")}
+    advantages, returns = fn(
+        token_level_rewards=data.batch["token_level_rewards"],
+        response_mask=data.batch["response_mask"],
+        config=algorithm_config,
+        index=data.non_tensor_batch.get("uid"),
+        sample_fields=fields,
+    )
+    data.batch["advantages"] = advantages
+    data.batch["returns"] = returns
+    return data
+
+
+def episode_metrics(non_tensor_batch: dict[str, np.ndarray]) -> dict[str, float]:
+    """Per-episode env metrics our loops attach, reduced for verl's tracking (console, tensorboard)."""
+    metrics: dict[str, float] = {}
+    for key, label in (
+        ("skl_won", "success_rate"),
+        (sf.EPISODE_REWARD, "episode_reward/mean"),
+        ("skl_turns", "turns/mean"),
+        ("skl_invalid_format_turns", "invalid_format_turns/mean"),
+        ("skl_invalid_action_turns", "invalid_action_turns/mean"),
+        ("skl_truncated", "truncated_rate"),
+    ):
+        if key in non_tensor_batch:
+            values = np.asarray([v for v in non_tensor_batch[key] if v is not None], dtype=np.float64)
+            if values.size:
+                metrics[f"env/{label}"] = float(values.mean())
+    if "skl_failed" in non_tensor_batch:
+        metrics["env/failed_samples"] = float(sum(bool(v) for v in non_tensor_batch["skl_failed"]))
+    return metrics
+
+
+_REGISTERED = False
+
+
+def register(with_trainer: bool = True) -> None:
+    """Register every skl_verl piece into verl's registries in this process (idempotent).
+
+    The estimators above registered themselves on import; this imports the agent loops and,
+    with ``with_trainer``, the ``skl_sync`` trainer (which pulls in Ray and TransferQueue).
+    """
+    global _REGISTERED
+    import skl_verl.agent_loops  # noqa: F401  (registers the loops)
+
+    if with_trainer and not _REGISTERED:
+        _register_trainer()
+        _REGISTERED = True
+
+
+def _register_trainer() -> None:
+    from verl.trainer.ppo.v1 import PPOTrainerSync, register_trainer
+    from verl.trainer.ppo.v1.trainer_base import apply_kl_penalty, tq
+    from verl.workers.utils.padding import response_to_nested
+    from tensordict import TensorDict
+
+    @register_trainer("skl_sync")
+    class SklPPOTrainerSync(PPOTrainerSync):
+        """verl's synchronous trainer; estimators flagged ``wants_sample_fields`` also get our fields."""
+
+        def _compute_advantage(self, batch, metrics):
+            name = self.config.algorithm.adv_estimator
+            fn = core_algos.ADV_ESTIMATOR_REGISTRY.get(name)
+            if fn is None or not getattr(fn, SAMPLE_FIELDS_ATTR, False):
+                return super()._compute_advantage(batch, metrics)
+            fields = ["uid", "response_mask", "rm_scores", "extra_fields"]
+            data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
+            response_mask = data["response_mask"]
+            extras = list(data.pop("extra_fields").tolist())
+            uid = np.array(data.pop("uid").tolist(), dtype=object)
+            data = DataProto(batch=data.to_padded_tensor())
+            data.non_tensor_batch["uid"] = uid
+            for key in {k for extra in extras for k in extra if k.startswith("skl_")}:
+                column = np.empty(len(extras), dtype=object)
+                column[:] = [extra.get(key) for extra in extras]
+                data.non_tensor_batch[key] = column
+            data.batch["token_level_scores"] = data.batch["rm_scores"]
+            if self.config.algorithm.use_kl_in_reward:
+                data, kl_metrics = apply_kl_penalty(
+                    data, kl_ctrl=self.kl_ctrl_in_reward, kl_penalty=self.config.algorithm.kl_penalty
+                )
+                metrics.update(kl_metrics)
+            data = compute_advantage(data, self.config.algorithm)
+            metrics.update(episode_metrics(data.non_tensor_batch))
+            out = {f: response_to_nested(data.batch[f], response_mask) for f in ("advantages", "returns")}
+            if self.config.algorithm.use_kl_in_reward:
+                out["token_level_rewards"] = response_to_nested(data.batch["token_level_rewards"], response_mask)
+            return tq.kv_batch_put(
+                keys=batch.keys, partition_id=batch.partition_id, fields=TensorDict(out, batch_size=len(batch))
+            )
