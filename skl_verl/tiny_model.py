@@ -27,8 +27,21 @@ _CORPUS = [
 ]
 
 
-def build_tiny_model(out_dir: str | os.PathLike, seed: int = 0, hidden_size: int = 64, num_layers: int = 2) -> Path:
-    """Write config, random weights and tokenizer to ``out_dir`` (idempotent) and return the path."""
+def build_tiny_model(
+    out_dir: str | os.PathLike,
+    seed: int = 0,
+    hidden_size: int = 64,
+    num_layers: int = 2,
+    format_actions: tuple[str, ...] = ("left", "down", "right", "up"),
+    format_steps: int = 120,
+) -> Path:
+    """Write config, weights and tokenizer to ``out_dir`` (idempotent) and return the path.
+
+    Random weights never emit a well-formed ``<action>`` tag, so every rollout would score the
+    same and RL would see zero advantages. ``format_steps`` of supervised warm-up on replies
+    ``<action>X</action>`` (X uniform over ``format_actions``) give a policy that acts, with
+    outcomes that differ between rollouts. ``format_steps=0`` keeps the random init.
+    """
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
@@ -72,7 +85,35 @@ def build_tiny_model(out_dir: str | os.PathLike, seed: int = 0, hidden_size: int
         pad_token_id=tokenizer.pad_token_id,
     )
     model = Qwen2ForCausalLM(config)
+    if format_steps:
+        _format_warmup(model, tokenizer, format_actions, format_steps, seed)
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.save_pretrained(out)
     return out
+
+
+def _format_warmup(model, tokenizer, actions: tuple[str, ...], steps: int, seed: int) -> None:
+    import torch
+
+    generator = torch.Generator().manual_seed(seed)
+    prompt = tokenizer.apply_chat_template(
+        [{"role": "user", "content": _CORPUS[2]}], add_generation_prompt=True, tokenize=False
+    )
+    prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    model.train()
+    for _ in range(steps):
+        picks = torch.randint(len(actions), (16,), generator=generator).tolist()
+        rows = [prompt_ids + tokenizer(f"<action>{actions[i]}</action><|im_end|>", add_special_tokens=False)["input_ids"] for i in picks]
+        width = max(map(len, rows))
+        input_ids = torch.full((len(rows), width), tokenizer.pad_token_id)
+        labels = torch.full((len(rows), width), -100)
+        for r, row in enumerate(rows):
+            input_ids[r, : len(row)] = torch.tensor(row)
+            labels[r, len(prompt_ids) : len(row)] = torch.tensor(row[len(prompt_ids) :])
+        loss = model(input_ids=input_ids, labels=labels).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    model.eval()

@@ -1,0 +1,192 @@
+"""End-to-end RL on CPU with verl's own parts, for machines without GPUs (tests, quickstart).
+
+What runs is verl's: the hydra ``ppo_trainer`` config, ``RLHFDataset`` + ``collate_fn``,
+``AgentLoopWorker`` (driving our agent loops, postprocessing into a ``DataProto``),
+``compute_advantage`` / registered estimators, ``ActorRolloutRefWorker(role="actor")`` with the
+FSDP2 engine and ``ppo_loss`` for old log-probs and the policy update, ``compute_data_metrics``
+and ``Tracking`` for logging. What is ours: the CPU platform and the HF generation client that
+stand in for vLLM/SGLang (skl_verl.cpu_backend), and this driver loop in place of Ray + the
+TransferQueue trainer, which need GPUs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from typing import Any
+
+import numpy as np
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from skl_verl.cpu_backend import HFGenerationClient, enable_cpu_platform, init_single_process_group
+
+# Settings that make verl's engine run on CPU: fsdp2 (FSDP1 insists on GPU module sync), sdpa
+# attention (no flash-attn), fp32 (no bf16 autocast), no torch.compile, no dynamic batching.
+CPU_OVERRIDES = [
+    "actor_rollout_ref.model.use_remove_padding=False",
+    "actor_rollout_ref.model.enable_gradient_checkpointing=False",
+    "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
+    "actor_rollout_ref.actor.strategy=fsdp2",
+    "actor_rollout_ref.actor.use_dynamic_bsz=False",
+    "actor_rollout_ref.actor.use_torch_compile=False",
+    "actor_rollout_ref.actor.fsdp_config.use_torch_compile=False",
+    "+actor_rollout_ref.actor.fsdp_config.mixed_precision={param_dtype:fp32,reduce_dtype:fp32,buffer_dtype:fp32}",
+    "actor_rollout_ref.actor.use_kl_loss=False",
+    "actor_rollout_ref.actor.policy_loss.loss_mode=vanilla",
+    "actor_rollout_ref.rollout.name=hf",
+    "actor_rollout_ref.rollout.agent.default_agent_loop=skl_env",
+    "trainer.device=cpu",
+    "trainer.logger=[console]",
+]
+
+
+def compose_config(overrides: list[str] | None = None) -> DictConfig:
+    """verl's own ``ppo_trainer`` config with the CPU settings, then the caller's overrides."""
+    from hydra import compose, initialize_config_module
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    with initialize_config_module(config_module="verl.trainer.config", version_base=None):
+        return compose(config_name="ppo_trainer", overrides=CPU_OVERRIDES + list(overrides or []))
+
+
+class CPUTrainer:
+    """One process: rollout with the HF client, update with verl's FSDP2 actor, sync weights."""
+
+    def __init__(self, config: DictConfig, max_new_tokens_per_turn: int = 32):
+        enable_cpu_platform()
+        init_single_process_group()
+        import skl_verl
+
+        skl_verl.register(with_trainer=False)
+        from transformers import AutoModelForCausalLM
+        from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
+        from verl.utils.dataset.rl_dataset import RLHFDataset
+        from verl.utils.tracking import Tracking
+        from verl.workers.engine_workers import ActorRolloutRefWorker
+
+        self.config = config
+        self.n = int(config.actor_rollout_ref.rollout.n)
+        self.actor = ActorRolloutRefWorker(config=config.actor_rollout_ref, role="actor")
+        self.actor.init_model()
+        self.tokenizer = self.actor.actor.model_config.tokenizer
+        self.rollout_model = AutoModelForCausalLM.from_pretrained(config.actor_rollout_ref.model.path)
+        self.sync_rollout_weights()
+        self.client = HFGenerationClient(
+            self.rollout_model, self.tokenizer, max_new_tokens=max_new_tokens_per_turn, seed=int(config.data.get("seed") or 0)
+        )
+        self.agent_worker = AgentLoopWorker(config, llm_client=self.client)
+        self.dataset = RLHFDataset(
+            data_files=config.data.train_files, tokenizer=self.tokenizer, config=config.data, processor=None
+        )
+        self.tracking = Tracking(
+            project_name=config.trainer.project_name,
+            experiment_name=config.trainer.experiment_name,
+            default_backend=list(config.trainer.logger),
+            config=OmegaConf.to_container(config, resolve=False),
+        )
+        self.global_step = 0
+
+    def sync_rollout_weights(self) -> None:
+        """Copy the trained FSDP2 weights into the rollout model (verl's weight sync, by hand)."""
+        state = {}
+        for name, tensor in self.actor.actor.engine.module.state_dict().items():
+            state[name] = tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
+        self.rollout_model.load_state_dict(state)
+
+    def batches(self):
+        from verl.utils.dataset.rl_dataset import collate_fn
+
+        size = int(self.config.data.train_batch_size)
+        if size > len(self.dataset):
+            raise ValueError(f"data.train_batch_size={size} exceeds the {len(self.dataset)} rows of the train set")
+        order = np.random.default_rng(int(self.config.data.get("seed") or 0)).permutation(len(self.dataset))
+        for start in range(0, len(order) - size + 1, size):
+            yield collate_fn([self.dataset[int(i)] for i in order[start : start + size]])
+
+    def rollout(self, batch_dict: dict[str, Any]):
+        from verl import DataProto
+
+        prompts = DataProto.from_single_dict(batch_dict)
+        prompts.non_tensor_batch["uid"] = np.array([uuid.uuid4().hex for _ in range(len(prompts))], dtype=object)
+        prompts = prompts.repeat(repeat_times=self.n, interleave=True)
+        prompts.non_tensor_batch["session_id"] = np.tile(np.arange(self.n), len(prompts) // self.n)
+        prompts.meta_info["global_steps"] = self.global_step
+        return asyncio.run(self.agent_worker.generate_sequences(prompts))
+
+    def _actor_input(self, data, **fields):
+        from tensordict import TensorDict
+        from verl.utils import tensordict_utils as tu
+        from verl.workers.utils.padding import left_right_2_no_padding
+
+        keys = ("prompts", "responses", "input_ids", "attention_mask", "position_ids", "response_mask")
+        td = TensorDict({k: data.batch[k] for k in keys} | fields, batch_size=[len(data)])
+        td = left_right_2_no_padding(td)
+        tu.assign_non_tensor(
+            td, temperature=float(self.config.actor_rollout_ref.rollout.temperature), pad_token_id=self.tokenizer.pad_token_id
+        )
+        return td
+
+    def train_step(self, data) -> dict[str, float]:
+        from verl.trainer.ppo.metric_utils import compute_data_metrics
+        from verl.utils import tensordict_utils as tu
+        from verl.utils.metric import reduce_metrics
+        from verl.workers.utils.padding import no_padding_2_padding
+
+        from skl_verl.verl_glue import compute_advantage, episode_metrics
+
+        timing: dict[str, float] = {}
+        data.batch["token_level_scores"] = data.batch["rm_scores"]
+        data.batch["token_level_rewards"] = data.batch["rm_scores"]
+        start = time.perf_counter()
+        td = self._actor_input(data)
+        tu.assign_non_tensor(td, calculate_entropy=True, compute_loss=False)
+        out = self.actor.compute_log_prob(td)
+        data.batch["old_log_probs"] = no_padding_2_padding(tu.get(out, "log_probs"), td).float()
+        timing["timing_s/old_log_prob"] = time.perf_counter() - start
+
+        data = compute_advantage(data, self.config.algorithm)
+
+        start = time.perf_counter()
+        actor_cfg = self.config.actor_rollout_ref.actor
+        td = self._actor_input(data, old_log_probs=data.batch["old_log_probs"], advantages=data.batch["advantages"])
+        tu.assign_non_tensor(
+            td,
+            calculate_entropy=False,
+            distillation_use_topk=False,
+            distillation_only=False,
+            global_batch_size=len(data),
+            mini_batch_size=int(actor_cfg.ppo_mini_batch_size) * self.n,
+            epochs=int(actor_cfg.ppo_epochs),
+            seed=int(actor_cfg.data_loader_seed or 0),
+            dataloader_kwargs={"shuffle": bool(actor_cfg.shuffle)},
+            compute_loss=True,
+        )
+        actor_metrics = tu.get(self.actor.update_actor(td), "metrics")
+        timing["timing_s/update_actor"] = time.perf_counter() - start
+        self.sync_rollout_weights()
+
+        metrics = compute_data_metrics(data, use_critic=False)
+        metrics.update(episode_metrics(data.non_tensor_batch))
+        metrics.update({f"actor/{k}" if not k.startswith("actor/") else k: v for k, v in reduce_metrics(actor_metrics).items()})
+        metrics.update(timing)
+        return metrics
+
+    def fit(self, total_steps: int) -> list[dict[str, float]]:
+        history = []
+        while self.global_step < total_steps:
+            for batch_dict in self.batches():
+                if self.global_step >= total_steps:
+                    break
+                self.global_step += 1
+                start = time.perf_counter()
+                data = self.rollout(batch_dict)
+                rollout_s = time.perf_counter() - start
+                metrics = self.train_step(data)
+                metrics["timing_s/gen"] = rollout_s
+                metrics["training/global_step"] = self.global_step
+                self.tracking.log(data=metrics, step=self.global_step)
+                history.append(metrics)
+        return history
