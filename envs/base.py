@@ -25,7 +25,8 @@ class UnknownTaskError(EnvError, KeyError):
 
 
 class EnvNotResetError(EnvError, RuntimeError):
-    """``step``/``admissible_actions``/``get_state`` was called before ``reset`` or after the episode ended."""
+    """``step``/``admissible_actions`` was called before ``reset`` or after the episode ended
+    (``get_state`` only before ``reset``: a finished episode can still be snapshot)."""
 
 
 class SnapshotNotSupportedError(EnvError, NotImplementedError):
