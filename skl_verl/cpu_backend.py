@@ -26,6 +26,7 @@ class HFGenerationClient:
         self.max_new_tokens = max_new_tokens
         self.seed = seed
         self.num_requests = 0
+        self._calls_per_request: dict[str, int] = {}
         # generate() mutates the global torch RNG; one request at a time keeps sampling reproducible.
         self._lock = asyncio.Lock()
 
@@ -37,6 +38,7 @@ class HFGenerationClient:
 
     def _generate(self, request_id: str, prompt_ids: list[int], params: dict[str, Any]) -> TokenOutput:
         self.num_requests += 1
+        call = self._calls_per_request[request_id] = self._calls_per_request.get(request_id, 0) + 1
         max_new = min(self.max_new_tokens, int(params.get("max_tokens") or params.get("max_new_tokens") or 1 << 30))
         temperature = float(params.get("temperature", 1.0))
         top_k = int(params.get("top_k", -1) or -1)
@@ -53,8 +55,9 @@ class HFGenerationClient:
             kwargs["top_k"] = top_k if top_k > 0 else 0
         else:
             kwargs.update(do_sample=False)
-        # A per-request seed makes a rollout reproducible regardless of request interleaving.
-        digest = hashlib.sha256(f"{self.seed}:{request_id}:{self.num_requests}".encode()).digest()
+        # Seeding by (request id, call number within it) makes a rollout reproducible however
+        # concurrent episodes interleave.
+        digest = hashlib.sha256(f"{self.seed}:{request_id}:{call}".encode()).digest()
         torch.manual_seed(int.from_bytes(digest[:8], "little") & 0x7FFFFFFFFFFFFFFF)
         input_ids = torch.tensor([prompt_ids], dtype=torch.long)
         was_training = self.model.training

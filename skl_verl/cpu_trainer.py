@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 from typing import Any
 
 import numpy as np
@@ -35,6 +34,8 @@ CPU_OVERRIDES = [
     "+actor_rollout_ref.actor.fsdp_config.mixed_precision={param_dtype:fp32,reduce_dtype:fp32,buffer_dtype:fp32}",
     "actor_rollout_ref.actor.use_kl_loss=False",
     "actor_rollout_ref.actor.policy_loss.loss_mode=vanilla",
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8",
+    "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8",
     "actor_rollout_ref.rollout.name=hf",
     "actor_rollout_ref.rollout.agent.default_agent_loop=skl_env",
     "trainer.device=cpu",
@@ -47,9 +48,12 @@ def compose_config(overrides: list[str] | None = None) -> DictConfig:
     from hydra import compose, initialize_config_module
     from hydra.core.global_hydra import GlobalHydra
 
+    from skl_verl.verl_glue import AGENT_LOOP_CONFIG
+
     GlobalHydra.instance().clear()
+    loops = [f"actor_rollout_ref.rollout.agent.agent_loop_config_path={AGENT_LOOP_CONFIG}"]
     with initialize_config_module(config_module="verl.trainer.config", version_base=None):
-        return compose(config_name="ppo_trainer", overrides=CPU_OVERRIDES + list(overrides or []))
+        return compose(config_name="ppo_trainer", overrides=CPU_OVERRIDES + loops + list(overrides or []))
 
 
 class CPUTrainer:
@@ -110,7 +114,9 @@ class CPUTrainer:
         from verl import DataProto
 
         prompts = DataProto.from_single_dict(batch_dict)
-        prompts.non_tensor_batch["uid"] = np.array([uuid.uuid4().hex for _ in range(len(prompts))], dtype=object)
+        # Deterministic ids: with the client's per-request seeding a run replays exactly.
+        uids = [f"step{self.global_step}-{i}" for i in range(len(prompts))]
+        prompts.non_tensor_batch["uid"] = np.array(uids, dtype=object)
         prompts = prompts.repeat(repeat_times=self.n, interleave=True)
         prompts.non_tensor_batch["session_id"] = np.tile(np.arange(self.n), len(prompts) // self.n)
         prompts.meta_info["global_steps"] = self.global_step

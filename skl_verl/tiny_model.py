@@ -23,6 +23,9 @@ _CORPUS = [
     "<action>left</action> <action>down</action> <action>right</action> <action>up</action>",
     "Admissible actions: left, down, right, up. You are on the frozen lake. S F H G P",
     "<think>The goal is below.</think><action>down</action> <answer>Nf3</answer> <skill>Avoid holes.</skill>",
+    "FrozenLake 4x4 (row 0 is the top). P = you, S = start, F = frozen ice, H = hole, G = goal. SFFF FHFH FFFH HFFG",
+    "You are at row 0, column 0. Reach G without stepping on an H; the ice is slippery, so you may slide sideways.",
+    "You fell into the hole at row 1, column 1. Game over. You reached the goal! Actions: left, down, right, up.",
     "Invalid response: no <action> block found. Try again. Nf3 Rxf2 c5 e4 Qxd8# O-O 1 2 3 4 5 6 7 8 a b c d e f g h",
 ]
 
@@ -94,24 +97,35 @@ def build_tiny_model(
 
 
 def _format_warmup(model, tokenizer, actions: tuple[str, ...], steps: int, seed: int) -> None:
+    """Teach the reply format in multi-turn context (0–5 earlier turns), loss on the reply only."""
+    import random
+
     import torch
 
-    generator = torch.Generator().manual_seed(seed)
-    prompt = tokenizer.apply_chat_template(
-        [{"role": "user", "content": _CORPUS[2]}], add_generation_prompt=True, tokenize=False
-    )
-    prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    rng = random.Random(seed)
+    observation = "\n".join(_CORPUS[5:7]) + "\n\nAdmissible actions: " + ", ".join(actions)
+
+    def example() -> tuple[list[int], list[int]]:
+        messages = [{"role": "system", "content": _CORPUS[0]}, {"role": "user", "content": observation}]
+        for _ in range(rng.randint(0, 5)):
+            messages.append({"role": "assistant", "content": f"<action>{rng.choice(actions)}</action>"})
+            messages.append({"role": "user", "content": observation})
+        prompt = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        reply = tokenizer(f"<action>{rng.choice(actions)}</action><|im_end|>", add_special_tokens=False)["input_ids"]
+        return prompt_ids, reply
+
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
     model.train()
     for _ in range(steps):
-        picks = torch.randint(len(actions), (16,), generator=generator).tolist()
-        rows = [prompt_ids + tokenizer(f"<action>{actions[i]}</action><|im_end|>", add_special_tokens=False)["input_ids"] for i in picks]
-        width = max(map(len, rows))
+        rows = [example() for _ in range(8)]
+        width = max(len(p) + len(r) for p, r in rows)
         input_ids = torch.full((len(rows), width), tokenizer.pad_token_id)
         labels = torch.full((len(rows), width), -100)
-        for r, row in enumerate(rows):
-            input_ids[r, : len(row)] = torch.tensor(row)
-            labels[r, len(prompt_ids) : len(row)] = torch.tensor(row[len(prompt_ids) :])
+        for i, (prompt_ids, reply) in enumerate(rows):
+            row = prompt_ids + reply
+            input_ids[i, : len(row)] = torch.tensor(row)
+            labels[i, len(prompt_ids) : len(row)] = torch.tensor(reply)
         loss = model(input_ids=input_ids, labels=labels).loss
         optimizer.zero_grad()
         loss.backward()

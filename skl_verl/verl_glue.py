@@ -13,6 +13,7 @@ Extension points used (see docs/verl_integration.md):
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
@@ -27,6 +28,7 @@ from skl_verl.algorithms.skillrise import skillrise_advantages
 logger = logging.getLogger(__name__)
 
 SAMPLE_FIELDS_ATTR = "wants_sample_fields"
+AGENT_LOOP_CONFIG = str(Path(__file__).parent / "config" / "agent_loops.yaml")
 
 
 def wants_sample_fields(fn: Callable) -> Callable:

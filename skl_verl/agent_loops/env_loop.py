@@ -108,7 +108,7 @@ class EnvAgentLoop(AgentLoopBase):
         trajectory_id = _trajectory_id(kwargs)
         with ENV_POOL.lease(env_name, env_kwargs) as env:
             episode = await self.play_episode(
-                env, task_id, sampling_params, self.system_prompt, seed=stable_seed(trajectory_id)
+                env, task_id, sampling_params, self.system_prompt, seed=stable_seed(trajectory_id), request_id=trajectory_id
             )
         fields = {
             sf.TRAJECTORY_ID: trajectory_id,
@@ -125,7 +125,13 @@ class EnvAgentLoop(AgentLoopBase):
         return episode.env_return - self.invalid_format_penalty * episode.invalid_format_turns
 
     async def play_episode(
-        self, env: TextEnv, task_id: str, sampling_params: dict[str, Any], system_prompt: str, seed: int | None
+        self,
+        env: TextEnv,
+        task_id: str,
+        sampling_params: dict[str, Any],
+        system_prompt: str,
+        seed: int | None,
+        request_id: str,
     ) -> EpisodeResult:
         observation, _ = env.reset(task_id, seed=seed)
         messages = [
@@ -138,7 +144,6 @@ class EnvAgentLoop(AgentLoopBase):
         logprobs: list[float] | None = [] if sampling_params.get("logprobs") else None
         episode = EpisodeResult(prompt_ids, [], [], None, messages)
         timing: dict[str, float] = {}
-        request_id = uuid.uuid4().hex
         done = False
         while not done:
             if episode.turns >= self.max_turns:

@@ -1,0 +1,37 @@
+"""After registration, verl's own lookups return our pieces."""
+
+import hydra
+from omegaconf import OmegaConf
+from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
+from verl.trainer.ppo import core_algos
+
+import skl_verl
+from skl_verl import verl_glue
+from skl_verl.agent_loops.env_loop import EnvAgentLoop
+
+
+def test_estimators_resolve_through_verl():
+    skl_verl.register(with_trainer=False)
+    assert core_algos.get_adv_estimator_fn("skillrise") is verl_glue.skillrise_estimator
+    assert core_algos.get_adv_estimator_fn("skl_grpo") is verl_glue.grouped_grpo_estimator
+    assert getattr(core_algos.get_adv_estimator_fn("skillrise"), verl_glue.SAMPLE_FIELDS_ATTR)
+    # verl's own estimators are untouched.
+    assert core_algos.get_adv_estimator_fn("grpo") is core_algos.compute_grpo_outcome_advantage
+
+
+def test_agent_loop_resolves_through_verl_registry_and_yaml():
+    skl_verl.register(with_trainer=False)
+    assert _agent_loop_registry["skl_env"] == {"_target_": "skl_verl.agent_loops.env_loop.EnvAgentLoop"}
+    entries = OmegaConf.load(verl_glue.AGENT_LOOP_CONFIG)
+    by_name = {entry.name: entry for entry in entries}
+    assert hydra.utils.get_class(by_name["skl_env"]._target_) is EnvAgentLoop
+
+
+def test_trainer_registered_with_verl_v1():
+    from verl.trainer.ppo.v1 import PPOTrainerSync, get_trainer_cls
+
+    skl_verl.register(with_trainer=True)
+    trainer_cls = get_trainer_cls("skl_sync")
+    assert issubclass(trainer_cls, PPOTrainerSync)
+    assert trainer_cls._compute_advantage is not PPOTrainerSync._compute_advantage
+    skl_verl.register(with_trainer=True)  # idempotent: a second call must not raise on re-registration
