@@ -141,11 +141,11 @@ class CPUTrainer:
         from verl.utils.metric import reduce_metrics
         from verl.workers.utils.padding import no_padding_2_padding
 
-        from skl_verl.verl_glue import compute_advantage, episode_metrics
+        from skl_verl.verl_glue import compute_advantage, episode_metrics, set_token_level_scores
 
         timing: dict[str, float] = {}
-        data.batch["token_level_scores"] = data.batch["rm_scores"]
-        data.batch["token_level_rewards"] = data.batch["rm_scores"]
+        set_token_level_scores(data)
+        data.batch["token_level_rewards"] = data.batch["token_level_scores"]
         start = time.perf_counter()
         td = self._actor_input(data)
         tu.assign_non_tensor(td, calculate_entropy=True, compute_loss=False)

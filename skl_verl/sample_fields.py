@@ -16,6 +16,9 @@ PHASE = "skl_phase"
 """What the policy was doing: 'act' (plain env play), 'solve', 'curate', 'knowledge', ..."""
 TOKEN_CREDIT = "skl_token_credit"
 """Optional per-response-token extra credit (list of floats, len = response length), or None."""
+SCORE = "skl_score"
+"""The sample's own scalar score (env return minus penalties). verl's v1 worker overwrites every
+output's reward with the last output's when a loop returns several, so estimators read this."""
 EPISODE_REWARD = "skl_episode_reward"
 """The env's return for the episode before format penalties."""
 

@@ -156,6 +156,27 @@ def compute_advantage(data: DataProto, algorithm_config: Any) -> DataProto:
     return data
 
 
+def set_token_level_scores(data: DataProto) -> None:
+    """``token_level_scores`` from each sample's own ``skl_score`` (else verl's ``rm_scores``).
+
+    When a loop returns several outputs (SkillRise phases), verl's v1 worker gives all of them
+    the last output's reward; the per-sample score our loops attach is the true one. The score
+    sits on the last policy token (response_mask 1). Any KL-in-reward is applied afterwards.
+    """
+    scores = data.non_tensor_batch.get(sf.SCORE)
+    if scores is None:
+        data.batch["token_level_scores"] = data.batch["rm_scores"]
+        return
+    if any(s is None for s in scores):
+        raise ValueError(f"some samples lack {sf.SCORE}; mixed agent loops in one batch are not supported")
+    mask = data.batch["response_mask"]
+    positions = torch.arange(mask.shape[1]).expand_as(mask)
+    last = torch.where(mask.bool(), positions, torch.zeros_like(positions)).max(dim=1).values
+    token_scores = torch.zeros(mask.shape, dtype=torch.float32)
+    token_scores[torch.arange(mask.shape[0]), last] = torch.as_tensor(np.asarray(scores, dtype=np.float32))
+    data.batch["token_level_scores"] = token_scores
+
+
 def episode_metrics(non_tensor_batch: dict[str, np.ndarray]) -> dict[str, float]:
     """Per-episode env metrics our loops attach, reduced for verl's tracking (console, tensorboard)."""
     metrics: dict[str, float] = {}
@@ -219,7 +240,7 @@ def _register_trainer() -> None:
                 column = np.empty(len(extras), dtype=object)
                 column[:] = [extra.get(key) for extra in extras]
                 data.non_tensor_batch[key] = column
-            data.batch["token_level_scores"] = data.batch["rm_scores"]
+            set_token_level_scores(data)
             if self.config.algorithm.use_kl_in_reward:
                 data, kl_metrics = apply_kl_penalty(
                     data, kl_ctrl=self.kl_ctrl_in_reward, kl_penalty=self.config.algorithm.kl_penalty

@@ -57,7 +57,8 @@ def test_one_step_updates_the_model_and_logs_metrics(tmp_path, tiny_model_dir, m
     assert glob.glob(str(tmp_path / "tb" / "events.out.tfevents.*")), "no tensorboard event file written"
 
 
-def test_batch_larger_than_dataset_is_rejected(tmp_path, tiny_model_dir):
+def test_batch_larger_than_dataset_is_rejected(tmp_path, tiny_model_dir, monkeypatch):
+    monkeypatch.setenv("TENSORBOARD_DIR", str(tmp_path / "tb"))
     trainer = make_trainer(tmp_path, tiny_model_dir, "grpo", extra=["data.train_batch_size=64"])
     with pytest.raises(ValueError, match="train_batch_size=64 exceeds"):
         trainer.fit(total_steps=1)

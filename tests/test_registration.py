@@ -21,7 +21,8 @@ def test_estimators_resolve_through_verl():
 
 def test_agent_loop_resolves_through_verl_registry_and_yaml():
     skl_verl.register(with_trainer=False)
-    assert _agent_loop_registry["skl_env"] == {"_target_": "skl_verl.agent_loops.env_loop.EnvAgentLoop"}
+    # The decorator entry, or the YAML entry once a worker has loaded the YAML: same class either way.
+    assert _agent_loop_registry["skl_env"]["_target_"] == "skl_verl.agent_loops.env_loop.EnvAgentLoop"
     entries = OmegaConf.load(verl_glue.AGENT_LOOP_CONFIG)
     by_name = {entry.name: entry for entry in entries}
     assert hydra.utils.get_class(by_name["skl_env"]._target_) is EnvAgentLoop

@@ -14,6 +14,7 @@ says what was wrong, counted, and penalised; it never raises.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import json
 import logging
@@ -56,6 +57,8 @@ class EpisodeResult:
     """Stopped by max_turns or the response-length budget rather than by the env."""
     failed: str | None = None
     """Set when the env timed out or crashed; the sample is kept (reward 0) and flagged."""
+    transcript: list[tuple[str, str]] = field(default_factory=list)
+    """(model reply, what came back) per turn; curators and reflection prompts read it."""
     metrics: dict[str, float] = field(default_factory=dict)
 
 
@@ -132,18 +135,32 @@ class EnvAgentLoop(AgentLoopBase):
         system_prompt: str,
         seed: int | None,
         request_id: str,
+        preamble: str = "",
     ) -> EpisodeResult:
-        observation, _ = env.reset(task_id, seed=seed)
+        """Play ``task_id`` to the end. ``preamble`` is prepended to the first user message
+        (e.g. a skill document), so it is part of the prompt, not of the trained response."""
+        timing: dict[str, float] = {}
+        try:
+            observation, _ = await self._env_call(timing, env.reset, task_id, seed=seed)
+            first_turn = render_turn(observation, env.admissible_actions())
+        except Exception as exc:  # noqa: BLE001 - reported as a failed sample, see _env_call
+            first_turn = "The environment failed to start."
+            failure = f"env.reset({task_id!r}) {_describe(exc)}"
+        else:
+            failure = None
         messages = [
             {"role": "system", "content": system_prompt},
-            {"role": "user", "content": render_turn(observation, env.admissible_actions())},
+            {"role": "user", "content": f"{preamble}{first_turn}"},
         ]
         prompt_ids = await self.ct_build_initial_tokens(messages)
+        episode = EpisodeResult(prompt_ids, [], [], None, messages, failed=failure)
+        if failure:
+            logger.warning("episode failed: %s", failure)
+            episode.response_ids, episode.response_mask = [self.tokenizer.eos_token_id], [0]
+            return episode
         token_ids = list(prompt_ids)
         response_mask: list[int] = []
         logprobs: list[float] | None = [] if sampling_params.get("logprobs") else None
-        episode = EpisodeResult(prompt_ids, [], [], None, messages)
-        timing: dict[str, float] = {}
         done = False
         while not done:
             if episode.turns >= self.max_turns:
@@ -164,6 +181,7 @@ class EnvAgentLoop(AgentLoopBase):
                 episode.truncated = True
                 break
             feedback, done = await self._act(env, text, episode, timing)
+            episode.transcript.append((text, feedback))
             if done:
                 break
             previous = list(messages)
@@ -189,14 +207,9 @@ class EnvAgentLoop(AgentLoopBase):
             episode.invalid_format_turns += 1
             return f"Invalid response: {parsed.error}.\n\n{render_turn('Try again.', env.admissible_actions())}", False
         try:
-            with simple_timer("env_step", timing):
-                loop = asyncio.get_running_loop()
-                step = await asyncio.wait_for(
-                    loop.run_in_executor(None, env.step, parsed.action), timeout=self.env_step_timeout_s
-                )
-        except Exception as exc:  # a hung or crashed env must not take the whole batch down
-            kind = "timed out" if isinstance(exc, asyncio.TimeoutError) else f"raised {type(exc).__name__}: {exc}"
-            episode.failed = f"env.step({parsed.action!r}) {kind}"
+            step = await self._env_call(timing, env.step, parsed.action)
+        except Exception as exc:  # noqa: BLE001 - see _env_call
+            episode.failed = f"env.step({parsed.action!r}) {_describe(exc)}"
             logger.warning("episode failed: %s", episode.failed)
             return "", True
         episode.env_return += step.reward
@@ -205,6 +218,14 @@ class EnvAgentLoop(AgentLoopBase):
         if step.done:
             return step.observation, True
         return render_turn(step.observation, env.admissible_actions()), False
+
+    async def _env_call(self, timing: dict, fn, *args, **kwargs):
+        """Run an env call off the event loop with a timeout. A hung or crashed env must not take
+        the whole batch down: callers turn the exception into a flagged, zero-reward sample."""
+        with simple_timer("env_step", timing):
+            loop = asyncio.get_running_loop()
+            call = functools.partial(fn, *args, **kwargs)
+            return await asyncio.wait_for(loop.run_in_executor(None, call), timeout=self.env_step_timeout_s)
 
     def to_output(self, episode: EpisodeResult, reward: float, fields: dict[str, Any]) -> AgentLoopOutput:
         n = self.response_length
@@ -218,8 +239,11 @@ class EnvAgentLoop(AgentLoopBase):
                 "skl_invalid_action_turns": episode.invalid_action_turns,
                 "skl_truncated": episode.truncated,
                 "skl_failed": episode.failed or "",
+                sf.SCORE: reward,
                 "turn_scores": [],
                 "tool_rewards": [],
+                # verl's v1 worker reads this key when a loop returns several outputs.
+                "reward_extra_info": {},
             }
         )
         return AgentLoopOutput(
@@ -232,6 +256,10 @@ class EnvAgentLoop(AgentLoopBase):
             metrics=AgentLoopMetrics(generate_sequences=episode.metrics.get("generate_s", 0.0)),
             extra_fields=extra,
         )
+
+
+def _describe(exc: BaseException) -> str:
+    return "timed out" if isinstance(exc, asyncio.TimeoutError) else f"raised {type(exc).__name__}: {exc}"
 
 
 def stable_seed(text: str) -> int:
