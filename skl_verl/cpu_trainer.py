@@ -12,6 +12,7 @@ TransferQueue trainer, which need GPUs.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from typing import Any
 
@@ -43,6 +44,65 @@ CPU_OVERRIDES = [
 ]
 
 
+def pad_to_multiple(data, multiple: int):
+    """Append copies of the first sample with an all-zero response mask and zero advantage until
+    ``len(data)`` divides by ``multiple`` (verl's micro/mini batching needs it). Like verl v1's
+    synthetic padding samples, they contribute no token to any loss."""
+    from verl import DataProto
+
+    missing = -len(data) % multiple
+    if missing == 0:
+        return data
+    pad = data.select_idxs([0] * missing)
+    pad.batch["response_mask"] = torch.zeros_like(pad.batch["response_mask"])
+    pad.batch["advantages"] = torch.zeros_like(pad.batch["advantages"])
+    return DataProto.concat([data, pad])
+
+
+def multi_output_agent_loop_worker():
+    """verl's in-process ``AgentLoopWorker`` (v0 path) expects one output per loop run; verl's v1
+    TransferQueue worker already accepts a list (SkillRise returns one sample per phase). This
+    subclass gives the CPU path the v1 behaviour: each output is postprocessed by verl's own code
+    and the prompt's non-tensor fields are repeated for every output of that prompt."""
+    import hydra
+    from verl.experimental.agent_loop.agent_loop import (
+        AgentLoopWorker,
+        DictConfigWrap,
+        ToolListWrap,
+        _agent_loop_registry,
+    )
+
+    class MultiOutputAgentLoopWorker(AgentLoopWorker):
+        async def _run_agent_loop(self, sampling_params, trajectory, *, agent_name, trace=True, **kwargs):
+            if agent_name not in _agent_loop_registry:
+                raise ValueError(f"agent loop {agent_name!r} is not registered; known: {sorted(_agent_loop_registry)}")
+            loop = hydra.utils.instantiate(
+                config=_agent_loop_registry[agent_name],
+                trainer_config=DictConfigWrap(config=self.config),
+                server_manager=self.llm_client,
+                tokenizer=self.tokenizer,
+                processor=self.processor,
+                hf_model_type=self.hf_model_type,
+                dataset_cls=self.dataset_cls,
+                data_config=DictConfigWrap(self.config.data),
+                tools=ToolListWrap(self.tools),
+            )
+            output = await loop.run(sampling_params, **kwargs)
+            outputs = output if isinstance(output, list) else [output]
+            if not outputs:
+                raise ValueError(f"agent loop {agent_name!r} returned no output")
+            return [await self._agent_loop_postprocess(o, trajectory["validate"], **kwargs) for o in outputs]
+
+        def _postprocess(self, inputs, input_non_tensor_batch=None, validate=False):
+            counts = [len(group) for group in inputs]
+            flat = [output for group in inputs for output in group]
+            if input_non_tensor_batch:
+                input_non_tensor_batch = {k: np.repeat(v, counts, axis=0) for k, v in input_non_tensor_batch.items()}
+            return super()._postprocess(flat, input_non_tensor_batch=input_non_tensor_batch, validate=validate)
+
+    return MultiOutputAgentLoopWorker
+
+
 def compose_config(overrides: list[str] | None = None) -> DictConfig:
     """verl's own ``ppo_trainer`` config with the CPU settings, then the caller's overrides."""
     from hydra import compose, initialize_config_module
@@ -66,13 +126,19 @@ class CPUTrainer:
 
         skl_verl.register(with_trainer=False)
         from transformers import AutoModelForCausalLM
-        from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
         from verl.utils.dataset.rl_dataset import RLHFDataset
         from verl.utils.tracking import Tracking
         from verl.workers.engine_workers import ActorRolloutRefWorker
 
         self.config = config
         self.n = int(config.actor_rollout_ref.rollout.n)
+        actor_cfg = config.actor_rollout_ref.actor
+        mini, micro = int(actor_cfg.ppo_mini_batch_size) * self.n, int(actor_cfg.ppo_micro_batch_size_per_gpu)
+        if mini % micro:
+            raise ValueError(
+                f"ppo_mini_batch_size * rollout.n = {mini} samples is not a multiple of "
+                f"actor.ppo_micro_batch_size_per_gpu = {micro}"
+            )
         self.actor = ActorRolloutRefWorker(config=config.actor_rollout_ref, role="actor")
         self.actor.init_model()
         self.tokenizer = self.actor.actor.model_config.tokenizer
@@ -81,7 +147,7 @@ class CPUTrainer:
         self.client = HFGenerationClient(
             self.rollout_model, self.tokenizer, max_new_tokens=max_new_tokens_per_turn, seed=int(config.data.get("seed") or 0)
         )
-        self.agent_worker = AgentLoopWorker(config, llm_client=self.client)
+        self.agent_worker = multi_output_agent_loop_worker()(config, llm_client=self.client)
         self.dataset = RLHFDataset(
             data_files=config.data.train_files, tokenizer=self.tokenizer, config=config.data, processor=None
         )
@@ -146,25 +212,32 @@ class CPUTrainer:
         timing: dict[str, float] = {}
         set_token_level_scores(data)
         data.batch["token_level_rewards"] = data.batch["token_level_scores"]
-        start = time.perf_counter()
-        td = self._actor_input(data)
-        tu.assign_non_tensor(td, calculate_entropy=True, compute_loss=False)
-        out = self.actor.compute_log_prob(td)
-        data.batch["old_log_probs"] = no_padding_2_padding(tu.get(out, "log_probs"), td).float()
-        timing["timing_s/old_log_prob"] = time.perf_counter() - start
-
         data = compute_advantage(data, self.config.algorithm)
 
-        start = time.perf_counter()
         actor_cfg = self.config.actor_rollout_ref.actor
-        td = self._actor_input(data, old_log_probs=data.batch["old_log_probs"], advantages=data.batch["advantages"])
+        mini_batch_size = int(actor_cfg.ppo_mini_batch_size) * self.n
+        micro = (
+            int(actor_cfg.ppo_micro_batch_size_per_gpu),
+            int(self.config.actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu),
+        )
+        padded = pad_to_multiple(data, math.lcm(mini_batch_size, *micro))
+
+        start = time.perf_counter()
+        td = self._actor_input(padded)
+        tu.assign_non_tensor(td, calculate_entropy=True, compute_loss=False)
+        out = self.actor.compute_log_prob(td)
+        padded.batch["old_log_probs"] = no_padding_2_padding(tu.get(out, "log_probs"), td).float()
+        timing["timing_s/old_log_prob"] = time.perf_counter() - start
+
+        start = time.perf_counter()
+        td = self._actor_input(padded, old_log_probs=padded.batch["old_log_probs"], advantages=padded.batch["advantages"])
         tu.assign_non_tensor(
             td,
             calculate_entropy=False,
             distillation_use_topk=False,
             distillation_only=False,
-            global_batch_size=len(data),
-            mini_batch_size=int(actor_cfg.ppo_mini_batch_size) * self.n,
+            global_batch_size=len(padded),
+            mini_batch_size=mini_batch_size,
             epochs=int(actor_cfg.ppo_epochs),
             seed=int(actor_cfg.data_loader_seed or 0),
             dataloader_kwargs={"shuffle": bool(actor_cfg.shuffle)},
@@ -176,8 +249,10 @@ class CPUTrainer:
 
         metrics = compute_data_metrics(data, use_critic=False)
         metrics.update(episode_metrics(data.non_tensor_batch))
-        metrics.update({f"actor/{k}" if not k.startswith("actor/") else k: v for k, v in reduce_metrics(actor_metrics).items()})
+        metrics.update({k if k.startswith("actor/") else f"actor/{k}": v for k, v in reduce_metrics(actor_metrics).items()})
         metrics.update(timing)
+        metrics["training/num_samples"] = len(data)
+        metrics["training/num_padding_samples"] = len(padded) - len(data)
         return metrics
 
     def fit(self, total_steps: int) -> list[dict[str, float]]:

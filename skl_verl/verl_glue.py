@@ -194,6 +194,20 @@ def episode_metrics(non_tensor_batch: dict[str, np.ndarray]) -> dict[str, float]
                 metrics[f"env/{label}"] = float(values.mean())
     if "skl_failed" in non_tensor_batch:
         metrics["env/failed_samples"] = float(sum(bool(v) for v in non_tensor_batch["skl_failed"]))
+    phases, positions, won = (non_tensor_batch.get(k) for k in (sf.PHASE, sf.POSITION, "skl_won"))
+    if phases is not None and positions is not None and won is not None and len(set(positions)) > 1:
+        by_slot: dict[tuple[str, int], list[float]] = {}
+        for phase, position, w in zip(phases, positions, won):
+            if w is not None:
+                by_slot.setdefault((phase, int(position)), []).append(float(w))
+        for (phase, position), values in sorted(by_slot.items()):
+            metrics[f"env/{phase}_success_rate@{position}"] = float(np.mean(values))
+    if "skl_curate_error" in non_tensor_batch and phases is not None:
+        errors = [bool(e) for e, p in zip(non_tensor_batch["skl_curate_error"], phases) if p == "curate"]
+        if errors:
+            metrics["curate/error_rate"] = float(np.mean(errors))
+            words = [w for w, p in zip(non_tensor_batch["skl_document_words"], phases) if p == "curate"]
+            metrics["curate/document_words/mean"] = float(np.mean(words))
     return metrics
 
 

@@ -1,5 +1,6 @@
 """Agent loops registered into verl's agent-loop registry (``verl.experimental.agent_loop.register``)."""
 
 from skl_verl.agent_loops.env_loop import EnvAgentLoop, EpisodeResult
+from skl_verl.agent_loops.skillrise_loop import SkillRiseAgentLoop
 
-__all__ = ["EnvAgentLoop", "EpisodeResult"]
+__all__ = ["EnvAgentLoop", "EpisodeResult", "SkillRiseAgentLoop"]

@@ -57,6 +57,8 @@ class EpisodeResult:
     """Stopped by max_turns or the response-length budget rather than by the env."""
     failed: str | None = None
     """Set when the env timed out or crashed; the sample is kept (reward 0) and flagged."""
+    task_text: str = ""
+    """The first observation (task description + admissible actions), without any preamble."""
     transcript: list[tuple[str, str]] = field(default_factory=list)
     """(model reply, what came back) per turn; curators and reflection prompts read it."""
     metrics: dict[str, float] = field(default_factory=dict)
@@ -153,7 +155,7 @@ class EnvAgentLoop(AgentLoopBase):
             {"role": "user", "content": f"{preamble}{first_turn}"},
         ]
         prompt_ids = await self.ct_build_initial_tokens(messages)
-        episode = EpisodeResult(prompt_ids, [], [], None, messages, failed=failure)
+        episode = EpisodeResult(prompt_ids, [], [], None, messages, failed=failure, task_text=first_turn)
         if failure:
             logger.warning("episode failed: %s", failure)
             episode.response_ids, episode.response_mask = [self.tokenizer.eos_token_id], [0]

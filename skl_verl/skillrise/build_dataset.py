@@ -1,0 +1,74 @@
+"""Write the parquet file verl loads for SkillRise: one row per ordered task sequence.
+
+    python -m skl_verl.skillrise.build_dataset --env frozenlake --env-kwargs '{"num_tasks": 96}' \\
+        --k 3 --seed 0 --out data/skillrise/frozenlake_train.parquet
+    # Pass@k evaluation: each task repeated, carrying the document, stopping at the first success
+    python -m skl_verl.skillrise.build_dataset --env alfworld --env-kwargs '{"split": "valid_unseen"}' \\
+        --retry 3 --out data/skillrise/alfworld_pass3.parquet
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any, Sequence
+
+from envs import make_env
+from skl_verl.data import write_parquet
+from skl_verl.skillrise.sequences import TaskSequence, build_sequences, retry_sequences
+
+
+def sequence_rows(
+    env_name: str, env_kwargs: dict[str, Any], sequences: Sequence[TaskSequence], agent_name: str = "skillrise",
+    stop_after_success: bool = False,
+) -> list[dict[str, Any]]:
+    env_spec = json.dumps({"name": env_name, "kwargs": env_kwargs}, sort_keys=True)
+    return [
+        {
+            "data_source": f"{env_name}/skillrise",
+            "agent_name": agent_name,
+            "prompt": [{"role": "user", "content": f"Play {env_name} sequence {seq.sequence_id}."}],
+            "reward_model": {"style": "env", "ground_truth": ""},
+            "extra_info": {
+                "index": i,
+                "env_spec": env_spec,
+                "sequence_id": seq.sequence_id,
+                "family": seq.family,
+                "task_ids": json.dumps(list(seq.task_ids)),
+                "stop_after_success": stop_after_success,
+            },
+        }
+        for i, seq in enumerate(sequences)
+    ]
+
+
+def main(argv: list[str] | None = None) -> str:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--env", required=True)
+    parser.add_argument("--env-kwargs", default="{}", help="JSON kwargs for envs.make_env")
+    parser.add_argument("--k", type=int, default=3, help="tasks per sequence (paper: 3)")
+    parser.add_argument("--retry", type=int, default=0, help="Pass@k data: repeat each task this many times")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--max-sequences", type=int, default=None)
+    parser.add_argument("--agent-loop", default="skillrise", help="skillrise | skillrise_no_curation")
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args(argv)
+    env_kwargs = json.loads(args.env_kwargs)
+    env = make_env(args.env, **env_kwargs)
+    try:
+        tasks = env.tasks()
+    finally:
+        env.close()
+    sequences = retry_sequences(tasks, args.retry) if args.retry else build_sequences(tasks, args.k, seed=args.seed)
+    sequences = sequences[: args.max_sequences]
+    if not sequences:
+        raise SystemExit(f"no sequence of {args.k} tasks could be formed from {len(tasks)} tasks of {args.env}")
+    rows = sequence_rows(args.env, env_kwargs, sequences, agent_name=args.agent_loop, stop_after_success=bool(args.retry))
+    path = write_parquet(rows, args.out)
+    families = sorted({s.family for s in sequences})
+    print(f"wrote {len(rows)} sequences ({', '.join(families)}) of {len(sequences[0].task_ids)} tasks to {path}")
+    return path
+
+
+if __name__ == "__main__":
+    main()
