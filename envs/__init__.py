@@ -24,6 +24,8 @@ from envs.base import (
 ENV_CLASSES: dict[str, str] = {
     "frozenlake": "envs.frozenlake:FrozenLakeEnv",
     "chess_puzzles": "envs.chess_puzzles:ChessPuzzlesEnv",
+    "sciworld": "envs.sciworld_env:SciWorldEnv",
+    "webshop": "envs.webshop_env:WebShopEnv",
 }
 
 

@@ -1,0 +1,794 @@
+"""WebShop (Yao et al., 2022) as a text environment: a client of a running WebShop web server.
+
+The real WebShop (``princeton-nlp/WebShop``) is a Flask site (``web_agent_site/app.py``) over a
+pyserini/Lucene search index and a product set downloaded from Google Drive; it is not on PyPI in
+usable form (the ``webshop`` 0.1.0 sdist there is a stub that imports the missing
+``web_agent_site`` package and ships no data), so it cannot be a dependency of this package.
+This env talks HTTP to a server started separately (``docs/webshop_setup.md``): the server URL is
+the ``server_url`` argument, else the ``WEBSHOP_URL`` environment variable, else
+``http://127.0.0.1:3000`` (the site's own default). An unreachable server raises
+``DependencyMissingError`` in the constructor.
+
+Protocol
+--------
+Actions are WebShop's text actions, ``search[<query>]`` and ``click[<button>]``, with the semantics
+of WebShop's own text env (``web_agent_site/envs/web_agent_text_env.py``, ``WebAgentTextEnv``):
+
+* the action argument is lower-cased;
+* ``click[x]`` must name a clickable of the current page: a button (``Back to Search``,
+  ``< Prev``, ``Next >``, ``Description``, ``Features``, ``Reviews``, ``Attributes``, ``Buy Now``),
+  a product link (its ASIN) or a product option (a radio input's value); ``click[search]`` is not
+  one. Buttons submit their form (POST to its ``action``), product links and options load their
+  ``href`` / ``data-url`` (GET), exactly what a browser does on the Flask site;
+* ``search[q]`` posts ``search_query=q`` to the session's search form (``/<session_id>``) and
+  follows the redirect to the results page. Like ``WebAgentTextEnv`` it is carried out from any
+  page, but ``admissible_actions()`` lists ``search[<query>]`` only on pages that show the search
+  box (as verl-agent's prompts do);
+* anything else (unparseable text, an unknown clickable, an empty query) is an invalid action:
+  ``info["invalid_action"] = True``, reward 0, the page is unchanged and the observation is a short
+  note followed by the current page. ``WebAgentTextEnv`` silently does nothing instead.
+
+Observations are WebShop's ``text`` observation mode (the one ReAct and verl-agent use): the page's
+visible text fragments, stripped, joined with ``" [SEP] "``; fragments in ``<head>``, ``<script>``,
+``<style>``, HTML comments and elements hidden with ``display:none`` or ``hidden`` are left out,
+and so are empty fragments (``WebAgentTextEnv`` keeps empty ones and the done page's hidden goal
+block).
+
+Clicking ``Buy Now`` ends the episode: the reward is WebShop's own reward, in [0, 1], read from the
+done page (``<h3 id="reward">... <pre>reward</pre>``); ``won`` is ``reward == 1.0`` (verl-agent's
+success criterion); every other step has reward 0. After ``max_steps`` (default 15, verl-agent's
+WebShop setting) steps without a purchase the episode ends with reward 0, ``won=False`` and
+``info["truncated"]=True``. Every call to ``step``, invalid ones included, counts as a step.
+
+Tasks
+-----
+A task is a WebShop goal index ``i``; the site serves goal ``i`` to any session id that contains
+``fixed`` and ends in ``_i`` (``fixed_{i}`` in WebShop's own code). Each episode uses a fresh
+session id ``skl<token>_fixed_{i}`` so that concurrent episodes never share server-side state.
+Task ids are ``"webshop-{i}"``. Splits over the goal list (in the site's order: goals are shuffled
+with ``random.seed(233)`` when the site starts):
+
+* ``split_convention="webshop"`` (default; WebShop's ``baseline_models/env.py``): ``test`` = goals
+  0-499, ``dev`` = 500-1499, ``train`` = 1500 to the end;
+* ``split_convention="verl_agent"`` (verl-agent / GiGPO's WebShop env): ``test`` = 0-499,
+  ``train`` = 500 to the end, no ``dev``;
+* ``split="all"``: every goal. ``max_goals=N`` keeps the first N goals of the split.
+
+The SkillRise paper uses the 1,000-product version with synthetic goals and evaluates on 128
+held-out instances (from the test goals).
+
+Goal data (difficulty, family)
+------------------------------
+Difficulty and family need each goal's attributes, options and category, which the stock site
+only shows after a purchase. They come from a goals table, in this order of preference:
+
+1. ``goals_file`` (or the ``WEBSHOP_GOALS_FILE`` environment variable): a JSON file, either a list
+   of goals in goal-index order or ``{"goals": [...]}``;
+2. the server's ``GET /skl_api/goals`` endpoint, served by the launcher this module ships
+   (``python -m envs.webshop_env --write-launcher PATH``, see ``docs/webshop_setup.md``), which
+   starts the stock site with the paper's setting (1,000 products, synthetic goals) and also
+   exports the same table with ``--export-goals``.
+
+Without either, the constructor raises ``DependencyMissingError``. Each goal needs
+``attributes`` (list) and ``goal_options`` (dict for synthetic goals, list for human goals); the
+launcher also writes ``category``, ``query``, ``product_category``, ``instruction_text``,
+``price_upper``, ``asin`` and ``weight``.
+
+* ``difficulty`` = ``len(attributes) + len(goal_options)``: the number of required attributes
+  plus the number of required options, the paper's ordering key for WebShop sequences (price is
+  required by every goal and is not counted);
+* ``family`` = the goal's ``category`` (default; the paper groups WebShop tasks by product
+  category: beauty, electronics, fashion, food, furniture), or ``query`` / ``product_category``
+  with ``family_by``;
+* ``metadata``: ``goal_index``, ``category``, ``query``, ``product_category``,
+  ``instruction_text``, ``attributes``, ``goal_options``, ``n_attributes``, ``n_options``,
+  ``price_upper``, ``split``, ``max_steps``. (The target ASIN is deliberately not copied into the
+  metadata; ``query`` is the search phrase the product was scraped with, so keep metadata out of
+  prompts.)
+
+Snapshot
+--------
+The Flask site keeps the whole page state in the URL (keywords, page, ASIN, chosen options); the
+server-side session only holds the goal. ``get_state()`` is therefore a plain dict with the
+current URL and the episode counters, and ``set_state`` reloads that URL (on the same server,
+which must still be running: a restarted server has forgotten the session).
+
+State key: SHA-256 of the task id, the current URL path without the session id (it holds the
+chosen options, which the text observation does not show) and the page text.
+
+Errors: HTTP failures during an episode (connection lost, 5xx) raise ``WebShopServerError`` (an
+``EnvError``) naming the task, action and URL.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import re
+import secrets
+import sys
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+
+from envs.base import (
+    DependencyMissingError,
+    EnvError,
+    EnvNotResetError,
+    StepResult,
+    TaskSpec,
+    TextEnv,
+    UnknownTaskError,
+)
+
+DEFAULT_URL = "http://127.0.0.1:3000"
+GOALS_ENDPOINT = "/skl_api/goals"
+SPLIT_CONVENTIONS: dict[str, dict[str, tuple[int, int | None]]] = {
+    "webshop": {"test": (0, 500), "dev": (500, 1500), "train": (1500, None)},
+    "verl_agent": {"test": (0, 500), "train": (500, None)},
+}
+_ACTION = re.compile(r"^\s*(search|click)\s*\[(.*)\]\s*$", re.IGNORECASE | re.DOTALL)
+_SESSION_IN_PATH = re.compile(r"skl[0-9a-f]+_fixed_\d+|fixed_\d+")
+_SNAPSHOT_VERSION = 1
+_SKIP_TAGS = frozenset({"head", "script", "style", "title", "meta", "noscript", "template"})
+_VOID_TAGS = frozenset(
+    {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "param", "source", "track", "wbr"}
+)
+
+
+class WebShopServerError(EnvError, RuntimeError):
+    """The WebShop server failed to answer a request (connection lost, HTTP error, unparseable page)."""
+
+
+# ---------------------------------------------------------------------- HTML
+
+
+@dataclass
+class _Node:
+    tag: str
+    attrs: dict[str, str]
+    parent: _Node | None = None
+    children: list[Any] = field(default_factory=list)  # _Node or str
+
+    def classes(self) -> list[str]:
+        return self.attrs.get("class", "").split()
+
+    def text(self) -> str:
+        return "".join(c if isinstance(c, str) else c.text() for c in self.children)
+
+    def iter(self):
+        yield self
+        for child in self.children:
+            if isinstance(child, _Node):
+                yield from child.iter()
+
+    def ancestor(self, tag: str) -> _Node | None:
+        node = self.parent
+        while node is not None and node.tag != tag:
+            node = node.parent
+        return node
+
+    def hidden(self) -> bool:
+        style = re.sub(r"\s+", "", self.attrs.get("style", "")).lower()
+        return "hidden" in self.attrs or "display:none" in style
+
+
+class _TreeBuilder(HTMLParser):
+    """A forgiving HTML tree: an end tag closes the nearest open element of that name (WebShop's
+    templates close some ``<h4>`` with ``</h5>``); stray end tags are ignored; comments dropped."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.root = _Node("[document]", {})
+        self._stack = [self.root]
+
+    def handle_starttag(self, tag, attrs):
+        node = _Node(tag, {k: (v if v is not None else "") for k, v in attrs}, parent=self._stack[-1])
+        self._stack[-1].children.append(node)
+        if tag not in _VOID_TAGS:
+            self._stack.append(node)
+
+    def handle_startendtag(self, tag, attrs):
+        node = _Node(tag, {k: (v if v is not None else "") for k, v in attrs}, parent=self._stack[-1])
+        self._stack[-1].children.append(node)
+
+    def handle_endtag(self, tag):
+        for i in range(len(self._stack) - 1, 0, -1):
+            if self._stack[i].tag == tag:
+                del self._stack[i:]
+                return
+
+    def handle_data(self, data):
+        self._stack[-1].children.append(data)
+
+
+@dataclass(frozen=True)
+class _Target:
+    method: str  # "GET" or "POST"
+    url: str
+    data: dict[str, str] | None = None
+
+
+@dataclass
+class Page:
+    """A parsed WebShop page: its text observation and what can be clicked on it."""
+
+    url: str
+    text: str
+    instruction: str
+    has_search_bar: bool
+    search_target: _Target | None
+    clickables: dict[str, _Target]  # lower-cased name -> request
+    reward: float | None  # set on the done page
+    done_details: dict[str, str]
+
+
+def _visible_texts(node: _Node, out: list[str]) -> None:
+    for child in node.children:
+        if isinstance(child, str):
+            text = " ".join(child.split())
+            if text:
+                out.append(text)
+        elif child.tag not in _SKIP_TAGS and not child.hidden():
+            _visible_texts(child, out)
+
+
+def _is_visible(node: _Node) -> bool:
+    while node is not None:
+        if node.tag in _SKIP_TAGS or node.hidden():
+            return False
+        node = node.parent
+    return True
+
+
+def _form_target(form: _Node, page_url: str, extra: dict[str, str] | None = None) -> _Target:
+    method = form.attrs.get("method", "get").strip().upper() or "GET"
+    url = urllib.parse.urljoin(page_url, form.attrs.get("action", "") or page_url)
+    return _Target("POST" if method == "POST" else "GET", url, dict(extra or {}))
+
+
+def parse_page(html: str, url: str) -> Page:
+    """Parse a WebShop page the way ``WebAgentTextEnv.get_available_actions`` reads it."""
+    builder = _TreeBuilder()
+    builder.feed(html)
+    builder.close()
+    root = builder.root
+    texts: list[str] = []
+    _visible_texts(root, texts)
+
+    instruction = ""
+    search_target: _Target | None = None
+    has_search_bar = False
+    clickables: dict[str, _Target] = {}
+    reward: float | None = None
+    done_details: dict[str, str] = {}
+    for node in root.iter():
+        node_id = node.attrs.get("id")
+        if node_id == "instruction-text":
+            instruction = " ".join(node.text().split())
+            instruction = re.sub(r"^Instruction:\s*", "", instruction)
+        elif node_id == "search_input":
+            has_search_bar = True
+            form = node.ancestor("form")
+            if form is not None:
+                search_target = _form_target(form, url, {node.attrs.get("name", "search_query"): ""})
+        elif node_id == "reward":
+            pre = next((n for n in node.iter() if n.tag == "pre"), None)
+            raw = (pre.text() if pre is not None else node.text()).strip()
+            match = re.search(r"-?\d+(?:\.\d+)?(?:[eE]-?\d+)?", raw)
+            if match is None:
+                raise WebShopServerError(f"webshop: done page at {url} shows no readable reward: {raw!r}")
+            reward = float(match.group(0))
+        elif node_id in ("asin", "options"):
+            pre = next((n for n in node.iter() if n.tag == "pre"), None)
+            if pre is not None:
+                done_details[f"purchased_{node_id}"] = pre.text().strip()
+
+        if not _is_visible(node):
+            continue
+        if "btn" in node.classes():
+            name = " ".join(node.text().split()).lower()
+            form = node.ancestor("form")
+            if name and name != "search" and form is not None:
+                clickables[name] = _form_target(form, url)
+        elif node.tag == "a" and "product-link" in node.classes() and node.attrs.get("href"):
+            name = " ".join(node.text().split()).lower()
+            if name:
+                clickables[name] = _Target("GET", urllib.parse.urljoin(url, node.attrs["href"]))
+        elif node.tag == "input" and node.attrs.get("type", "").lower() == "radio":
+            value = node.attrs.get("value", "").strip().lower()
+            target = node.attrs.get("data-url")
+            if value and target:
+                clickables[value] = _Target("GET", urllib.parse.urljoin(url, target))
+    return Page(
+        url=url,
+        text=" [SEP] ".join(texts),
+        instruction=instruction,
+        has_search_bar=has_search_bar,
+        search_target=search_target,
+        clickables=clickables,
+        reward=reward,
+        done_details=done_details,
+    )
+
+
+def parse_action(action: str) -> tuple[str, str] | None:
+    """``("search"|"click", lower-cased stripped argument)`` or None if not of that form."""
+    match = _ACTION.match(str(action))
+    if match is None:
+        return None
+    return match.group(1).lower(), " ".join(match.group(2).split()).lower()
+
+
+# ---------------------------------------------------------------------- goals
+
+
+def _load_goals_json(raw: Any, where: str) -> list[dict[str, Any]]:
+    goals = raw.get("goals") if isinstance(raw, dict) else raw
+    if not isinstance(goals, list) or not goals:
+        raise ValueError(f"webshop: {where}: expected a non-empty list of goals (or {{'goals': [...]}})")
+    for i, goal in enumerate(goals):
+        if not isinstance(goal, dict):
+            raise ValueError(f"webshop: {where}: goal {i} is not an object")
+        if not isinstance(goal.get("attributes"), list):
+            raise ValueError(f"webshop: {where}: goal {i} has no 'attributes' list")
+        if not isinstance(goal.get("goal_options", {}), (dict, list)):
+            raise ValueError(f"webshop: {where}: goal {i} has 'goal_options' that is neither a dict nor a list")
+        if "index" in goal and int(goal["index"]) != i:
+            raise ValueError(f"webshop: {where}: goal {i} carries index {goal['index']}; goals must be in index order")
+    return goals
+
+
+class WebShopEnv(TextEnv):
+    """A WebShop client behind the TextEnv protocol; see the module docstring."""
+
+    name = "webshop"
+    supports_snapshot = True
+
+    def __init__(
+        self,
+        server_url: str | None = None,
+        split: str = "test",
+        split_convention: str = "webshop",
+        goals_file: str | os.PathLike[str] | None = None,
+        max_goals: int | None = None,
+        family_by: str = "category",
+        max_steps: int = 15,
+        timeout_s: float = 30.0,
+    ) -> None:
+        if split_convention not in SPLIT_CONVENTIONS:
+            raise ValueError(f"split_convention must be one of {sorted(SPLIT_CONVENTIONS)}, got {split_convention!r}")
+        splits = SPLIT_CONVENTIONS[split_convention]
+        if split != "all" and split not in splits:
+            raise ValueError(
+                f"split must be 'all' or one of {sorted(splits)} under split_convention={split_convention!r}, got {split!r}"
+            )
+        if family_by not in ("category", "query", "product_category"):
+            raise ValueError(f"family_by must be 'category', 'query' or 'product_category', got {family_by!r}")
+        if isinstance(max_steps, bool) or int(max_steps) != max_steps or max_steps < 1:
+            raise ValueError(f"max_steps must be a positive int, got {max_steps!r}")
+        if max_goals is not None and (isinstance(max_goals, bool) or int(max_goals) < 1):
+            raise ValueError(f"max_goals must be a positive int or None, got {max_goals!r}")
+        if not (timeout_s > 0):
+            raise ValueError(f"timeout_s must be positive, got {timeout_s!r}")
+        url = server_url or os.environ.get("WEBSHOP_URL") or DEFAULT_URL
+        if "://" not in url:
+            url = "http://" + url
+        self.server_url = url.rstrip("/")
+        self.split = split
+        self.split_convention = split_convention
+        self.family_by = family_by
+        self.max_steps = int(max_steps)
+        self.timeout_s = float(timeout_s)
+        self._opener = urllib.request.build_opener(urllib.request.HTTPRedirectHandler())
+        self._token = secrets.token_hex(4)
+        self._episode_counter = 0
+
+        goals_file = goals_file or os.environ.get("WEBSHOP_GOALS_FILE") or None
+        served = self._probe_server(need_goals=goals_file is None)
+        if goals_file is not None:
+            path = Path(goals_file)
+            try:
+                raw = json.loads(path.read_text())
+            except (OSError, ValueError) as exc:
+                raise ValueError(f"webshop: cannot read goals file {path}: {exc}") from exc
+            goals = _load_goals_json(raw, str(path))
+        else:
+            goals = _load_goals_json(served, f"{self.server_url}{GOALS_ENDPOINT}")
+        self.num_goals = len(goals)
+
+        if split == "all":
+            start, stop = 0, len(goals)
+        else:
+            start, stop_or_none = splits[split]
+            stop = len(goals) if stop_or_none is None else min(stop_or_none, len(goals))
+        indices = list(range(start, stop))
+        if max_goals is not None:
+            indices = indices[: int(max_goals)]
+        if not indices:
+            raise ValueError(
+                f"webshop: split {split!r} ({split_convention} convention) selects no goal out of {len(goals)}"
+            )
+        self._specs = [self._make_spec(i, goals[i]) for i in indices]
+        self._spec_by_id = {spec.task_id: spec for spec in self._specs}
+        self._reset_episode()
+
+    # ------------------------------------------------------------------ server
+
+    def _request(self, target: _Target, what: str) -> tuple[str, str]:
+        data = None
+        if target.method == "POST":
+            data = urllib.parse.urlencode(target.data or {}).encode("utf-8")
+        request = urllib.request.Request(target.url, data=data, method=target.method)
+        try:
+            with self._opener.open(request, timeout=self.timeout_s) as response:
+                body = response.read().decode("utf-8", errors="replace")
+                return body, response.geturl()
+        except urllib.error.HTTPError as exc:
+            snippet = exc.read(300).decode("utf-8", errors="replace") if exc.fp is not None else ""
+            raise WebShopServerError(
+                f"webshop: {what}: HTTP {exc.code} from {target.method} {target.url} "
+                f"(task={self._task_id!r}): {snippet!r}"
+            ) from exc
+        except (urllib.error.URLError, OSError) as exc:
+            raise WebShopServerError(
+                f"webshop: {what}: no answer from {target.method} {target.url} (task={self._task_id!r}): {exc}"
+            ) from exc
+
+    def _probe_server(self, need_goals: bool) -> Any:
+        """Check that a server answers; return the goals endpoint's JSON when it serves one."""
+        url = self.server_url + GOALS_ENDPOINT
+        try:
+            with self._opener.open(urllib.request.Request(url), timeout=self.timeout_s) as response:
+                body = response.read()
+        except urllib.error.HTTPError as exc:  # the server is up but has no goals endpoint
+            if need_goals:
+                raise DependencyMissingError(
+                    f"webshop: the server at {self.server_url} answers but serves no goal table "
+                    f"(GET {GOALS_ENDPOINT} gave HTTP {exc.code}); start it with the skl-verl launcher or pass "
+                    "goals_file= / WEBSHOP_GOALS_FILE (see docs/webshop_setup.md)"
+                ) from exc
+            return None
+        except (urllib.error.URLError, OSError) as exc:
+            raise DependencyMissingError(
+                f"webshop: no WebShop server reachable at {self.server_url} ({exc}); start one and point "
+                "server_url= or WEBSHOP_URL at it (see docs/webshop_setup.md)"
+            ) from exc
+        if not need_goals:
+            return None
+        try:
+            return json.loads(body.decode("utf-8"))
+        except ValueError as exc:
+            raise DependencyMissingError(
+                f"webshop: {url} did not return JSON; is WEBSHOP_URL pointing at a WebShop server?"
+            ) from exc
+
+    # ------------------------------------------------------------------ tasks
+
+    def _make_spec(self, index: int, goal: dict[str, Any]) -> TaskSpec:
+        attributes = list(goal.get("attributes") or [])
+        options = goal.get("goal_options") or {}
+        family = goal.get(self.family_by)
+        if self.family_by == "product_category" and isinstance(family, str):
+            family = " > ".join(part.strip() for part in family.split("›"))
+        return TaskSpec(
+            task_id=f"webshop-{index}",
+            family=str(family) if family else "unknown",
+            difficulty=float(len(attributes) + len(options)),
+            metadata={
+                "goal_index": index,
+                "category": goal.get("category"),
+                "query": goal.get("query"),
+                "product_category": goal.get("product_category"),
+                "instruction_text": goal.get("instruction_text"),
+                "attributes": attributes,
+                "goal_options": options,
+                "n_attributes": len(attributes),
+                "n_options": len(options),
+                "price_upper": goal.get("price_upper"),
+                "split": self.split,
+                "split_convention": self.split_convention,
+                "max_steps": self.max_steps,
+            },
+        )
+
+    def tasks(self) -> list[TaskSpec]:
+        return list(self._specs)
+
+    def task(self, task_id: str) -> TaskSpec:
+        try:
+            return self._spec_by_id[task_id]
+        except (KeyError, TypeError):
+            raise UnknownTaskError(f"{self.name}: unknown task id {task_id!r}") from None
+
+    # ------------------------------------------------------------------ episode
+
+    def _reset_episode(self) -> None:
+        self._task_id: str | None = None
+        self._session_id: str | None = None
+        self._page: Page | None = None
+        self._steps = 0
+        self._done = False
+        self._won = False
+        self._reward = 0.0
+        self._truncated = False
+
+    def _session_for(self, index: int) -> str:
+        self._episode_counter += 1
+        return f"skl{self._token}{self._episode_counter:x}_fixed_{index}"
+
+    def _load(self, target: _Target, what: str) -> Page:
+        body, final_url = self._request(target, what)
+        try:
+            return parse_page(body, final_url)
+        except WebShopServerError:
+            raise
+        except Exception as exc:  # a page this parser cannot read
+            raise WebShopServerError(f"webshop: {what}: cannot parse the page at {final_url}: {exc}") from exc
+
+    def reset(self, task_id: str, seed: int | None = None) -> tuple[str, dict[str, Any]]:
+        """Open a new session on goal ``task_id``; ``seed`` is ignored (the site is deterministic per goal)."""
+        spec = self.task(task_id)
+        self._reset_episode()
+        session = self._session_for(spec.metadata["goal_index"])
+        self._task_id = task_id
+        try:
+            page = self._load(_Target("GET", f"{self.server_url}/{session}"), "reset")
+        except BaseException:
+            self._task_id = None
+            raise
+        self._session_id, self._page = session, page
+        info = {
+            "task": spec,
+            "won": False,
+            "invalid_action": False,
+            "instruction_text": page.instruction,
+            "session_id": session,
+            "url": page.url,
+            "steps": 0,
+            "max_steps": self.max_steps,
+        }
+        return page.text, info
+
+    def _require_running(self, what: str) -> Page:
+        if self._task_id is None or self._page is None:
+            raise EnvNotResetError(f"{self.name}: {what}() called before reset()")
+        if self._done:
+            raise EnvNotResetError(f"{self.name}: {what}() called after the episode ended; call reset()")
+        return self._page
+
+    def step(self, action: str) -> StepResult:
+        page = self._require_running("step")
+        self._steps += 1
+        info: dict[str, Any] = {"won": False, "invalid_action": False, "truncated": False}
+        parsed = parse_action(action)
+        problem = None
+        target: _Target | None = None
+        if parsed is None:
+            problem = "actions are search[<query>] or click[<button>]"
+        else:
+            kind, arg = parsed
+            if kind == "search":
+                if not arg:
+                    problem = "empty search query"
+                else:
+                    base = page.search_target or _Target("POST", f"{self.server_url}/{self._session_id}", {})
+                    field_name = next(iter(base.data), "search_query") if base.data else "search_query"
+                    target = _Target(base.method, base.url, {field_name: arg})
+            else:
+                target = page.clickables.get(arg)
+                if target is None:
+                    problem = f"{arg!r} is not clickable on this page"
+
+        reward = 0.0
+        if target is None:
+            observation = f"Invalid action: {problem}.\n\n{page.text}"
+            info["invalid_action"] = True
+        else:
+            page = self._load(target, f"step {str(action)!r}")
+            self._page = page
+            observation = page.text
+            if page.reward is not None:
+                reward = float(page.reward)
+                self._reward = reward
+                self._won = math.isclose(reward, 1.0, rel_tol=0.0, abs_tol=1e-9) or reward > 1.0
+                self._done = True
+                info.update(page.done_details)
+        if not self._done and self._steps >= self.max_steps:
+            self._done = self._truncated = True
+            info["truncated"] = True
+        info.update(
+            {
+                "won": self._won,
+                "task_score": reward if page.reward is not None else None,
+                "steps": self._steps,
+                "max_steps": self.max_steps,
+                "url": page.url,
+                "task_id": self._task_id,
+            }
+        )
+        return StepResult(observation=observation, reward=reward, done=self._done, info=info)
+
+    def admissible_actions(self) -> list[str]:
+        page = self._require_running("admissible_actions")
+        actions = ["search[<query>]"] if page.has_search_bar else []
+        actions.extend(f"click[{name}]" for name in page.clickables)
+        return actions
+
+    def state_key(self) -> str:
+        if self._task_id is None or self._page is None:
+            raise EnvNotResetError(f"{self.name}: state_key() called before reset()")
+        path = urllib.parse.unquote(urllib.parse.urlsplit(self._page.url).path)
+        path = _SESSION_IN_PATH.sub("<session>", path)
+        payload = "\x1f".join([self._task_id, path, self._page.text])
+        return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+
+    # ------------------------------------------------------------------ snapshot
+
+    def get_state(self) -> dict[str, Any]:
+        if self._task_id is None or self._page is None:
+            raise EnvNotResetError(f"{self.name}: get_state() called before reset()")
+        return {
+            "env": self.name,
+            "version": _SNAPSHOT_VERSION,
+            "server_url": self.server_url,
+            "task_id": self._task_id,
+            "session_id": self._session_id,
+            "url": self._page.url,
+            "steps": self._steps,
+            "done": self._done,
+            "won": self._won,
+            "reward": self._reward,
+            "truncated": self._truncated,
+        }
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        if not isinstance(state, dict) or state.get("env") != self.name or state.get("version") != _SNAPSHOT_VERSION:
+            raise ValueError(f"{self.name}: not a webshop snapshot (version {_SNAPSHOT_VERSION}): {state!r:.200}")
+        self.task(state["task_id"])  # UnknownTaskError for a task this env does not have
+        if state["server_url"] != self.server_url:
+            raise ValueError(
+                f"{self.name}: snapshot from server {state['server_url']!r}, this env talks to {self.server_url!r}"
+            )
+        previous = self._task_id
+        self._task_id = state["task_id"]
+        try:
+            page = self._load(_Target("GET", state["url"]), "set_state")
+        except BaseException:
+            self._task_id = previous
+            raise
+        self._session_id = state["session_id"]
+        self._page = page
+        self._steps = int(state["steps"])
+        self._done = bool(state["done"])
+        self._won = bool(state["won"])
+        self._reward = float(state["reward"])
+        self._truncated = bool(state["truncated"])
+
+
+# ---------------------------------------------------------------------- server launcher
+
+SERVER_LAUNCHER = r'''"""Start WebShop's Flask site (web_agent_site/app.py) for skl-verl's WebShopEnv.
+
+Written by `python -m envs.webshop_env --write-launcher PATH`; run it from the root of a
+princeton-nlp/WebShop checkout whose ./setup.sh has run. Compared with `python -m
+web_agent_site.app` it (1) loads the product set and goals the way WebShop's text env does for the
+SkillRise/verl-agent setting (1,000 products, synthetic goals by default), (2) seeds Python's
+`random` first so product prices and the goals' price limits are the same at every start, (3)
+serves the goal table at GET /skl_api/goals and can export it to a JSON file, and (4) binds to
+127.0.0.1:3000 unless told otherwise. Goal order is WebShop's: get_goals(), then
+random.seed(233); random.shuffle(goals), so goal i here is goal i of WebAgentTextEnv.
+"""
+import argparse
+import json
+import random
+import sys
+from pathlib import Path
+
+
+def build(num_products, human_goals, seed):
+    import web_agent_site.app as site
+    from web_agent_site.engine.engine import init_search_engine, load_products
+    from web_agent_site.engine.goal import get_goals
+    from web_agent_site.utils import DEFAULT_FILE_PATH
+
+    random.seed(seed)
+    site.all_products, site.product_item_dict, site.product_prices, site.attribute_to_asins = load_products(
+        filepath=DEFAULT_FILE_PATH, num_products=num_products, human_goals=human_goals
+    )
+    site.search_engine = init_search_engine(num_products=num_products)
+    goals = get_goals(site.all_products, site.product_prices, human_goals)
+    random.seed(233)
+    random.shuffle(goals)
+    site.goals = goals
+    site.weights = [goal["weight"] for goal in goals]
+    table = []
+    for i, goal in enumerate(goals):
+        options = goal.get("goal_options") or {}
+        table.append({
+            "index": i,
+            "asin": goal.get("asin"),
+            "category": goal.get("category"),
+            "query": goal.get("query"),
+            "product_category": goal.get("product_category"),
+            "instruction_text": goal.get("instruction_text"),
+            "attributes": list(goal.get("attributes") or []),
+            "goal_options": dict(options) if isinstance(options, dict) else list(options),
+            "price_upper": goal.get("price_upper"),
+            "weight": goal.get("weight"),
+        })
+    payload = {
+        "format": "skl-verl webshop goals v1",
+        "num_products": num_products,
+        "human_goals": bool(human_goals),
+        "seed": seed,
+        "goals": table,
+    }
+    return site, payload
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--num-products", type=int, default=1000,
+                        help="1000 (setup.sh -d small, the default), 100000, or 0 for the whole data file")
+    parser.add_argument("--human-goals", action="store_true", help="human-written goals instead of synthetic ones")
+    parser.add_argument("--seed", type=int, default=0, help="seed for product prices and goal price limits")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=3000)
+    parser.add_argument("--threaded", action="store_true",
+                        help="serve requests in threads (the Lucene searcher is not known to be thread-safe)")
+    parser.add_argument("--export-goals", default=None, help="also write the goal table to this JSON file")
+    parser.add_argument("--no-serve", action="store_true", help="only build (and export); do not serve")
+    parser.add_argument("--log", action="store_true", help="log sessions to user_session_logs/mturk like run_prod.sh")
+    args = parser.parse_args(argv)
+
+    site, payload = build(args.num_products or None, args.human_goals, args.seed)
+    body = json.dumps(payload)
+    site.app.add_url_rule(
+        "/skl_api/goals", "skl_api_goals",
+        lambda: site.app.response_class(body, mimetype="application/json"),
+    )
+    if args.export_goals:
+        Path(args.export_goals).write_text(body)
+    print(f"skl-verl WebShop: {len(payload['goals'])} goals, "
+          f"{'human' if args.human_goals else 'synthetic'}, num_products={args.num_products or 'all'}",
+          file=sys.stderr)
+    if args.log:
+        site.user_log_dir = Path("user_session_logs/mturk")
+        site.user_log_dir.mkdir(parents=True, exist_ok=True)
+    if not args.no_serve:
+        site.app.run(host=args.host, port=args.port, threaded=args.threaded)
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def write_launcher(path: str | os.PathLike[str]) -> Path:
+    """Write the WebShop server launcher (``SERVER_LAUNCHER``) to ``path``."""
+    out = Path(path)
+    out.write_text(SERVER_LAUNCHER)
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m envs.webshop_env", description="WebShop helpers for skl-verl")
+    parser.add_argument("--write-launcher", metavar="PATH", required=True,
+                        help="write the WebShop server launcher script to PATH (put it in the WebShop checkout)")
+    args = parser.parse_args(argv)
+    print(write_launcher(args.write_launcher))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

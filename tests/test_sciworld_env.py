@@ -1,0 +1,186 @@
+"""SciWorldEnv against the real ``scienceworld`` package (its jar, in a real JVM).
+
+Skipped only when the package is not installed or no JVM can be started here. One JVM is
+started for the module (``env`` fixture) plus one for the lifecycle test.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from envs.base import EnvError, EnvNotResetError, SnapshotNotSupportedError, UnknownTaskError
+
+pytest.importorskip("scienceworld", reason="the scienceworld package is not installed (pip install scienceworld)")
+if shutil.which("java") is None:
+    pytest.skip("no 'java' executable on PATH: the ScienceWorld JVM cannot start here", allow_module_level=True)
+
+from envs.sciworld_env import SciWorldEnv, SciWorldJVMError, cap_actions  # noqa: E402
+
+TASKS = ("find-living-thing", "find-non-living-thing")
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("sciworld_gold")
+
+
+@pytest.fixture(scope="module")
+def env(cache_dir):
+    try:
+        e = SciWorldEnv(task_names=list(TASKS), split="train", max_variations_per_task=2, gold_cache_dir=cache_dir)
+    except SciWorldJVMError as exc:  # pragma: no cover - only where Java is present but broken
+        pytest.skip(f"the ScienceWorld JVM could not start here: {exc}")
+    yield e
+    e.close()
+
+
+def _tid(task: str, variation: int) -> str:
+    return f"sciworld-{task}-v{variation}"
+
+
+def test_tasks_come_from_the_package_splits(env, cache_dir):
+    specs = env.tasks()
+    assert [s.task_id for s in specs] == [_tid(t, v) for t in TASKS for v in (0, 1)]
+    for spec in specs:
+        meta = spec.metadata
+        assert spec.family == meta["task_name"] in TASKS
+        assert meta["split"] == "train" and meta["simplification"] == "easy"
+        assert meta["topic"] == "Classification" and meta["task_num"] in ("4-1", "4-2")
+        assert spec.difficulty == float(meta["gold_length"]) > 0
+    # the gold lengths were cached, keyed by package version and simplification
+    (cache_file,) = cache_dir.glob("gold_lengths-scienceworld*-easy.json")
+    cached = json.loads(cache_file.read_text())
+    for spec in specs:
+        assert cached[spec.metadata["task_name"]][str(spec.metadata["variation"])] == spec.metadata["gold_length"]
+
+
+def test_unknown_task_and_not_reset(env):
+    with pytest.raises(UnknownTaskError):
+        env.reset("sciworld-boil-v0")  # not selected in this env
+    with pytest.raises(UnknownTaskError):
+        env.task("nope")
+    with pytest.raises(SnapshotNotSupportedError):
+        env.get_state()
+
+
+def test_reset_gives_task_description(env):
+    obs, info = env.reset(_tid("find-living-thing", 0))
+    assert obs.startswith("Your task is to find a(n) living thing.")
+    assert "This room is called" in obs
+    assert info["task"].task_id == _tid("find-living-thing", 0)
+    assert info["won"] is False and info["invalid_action"] is False
+    assert "living thing" in info["task_description"]
+
+
+def test_gold_sequence_wins(env):
+    tid = _tid("find-living-thing", 0)
+    gold = env.gold_action_sequence(tid)
+    assert 0 < len(gold) <= env.max_steps
+    with pytest.raises(EnvNotResetError):  # fetching the gold path ends any episode
+        env.step("look around")
+    _, info = env.reset(tid)
+    initial = info["initial_score"] / 100
+    total, result = 0.0, None
+    for action in gold:
+        result = env.step(action)
+        total += result.reward
+        assert not result.invalid_action, (action, result.observation)
+        if result.done:
+            break
+    assert result is not None and result.done and result.won
+    assert result.info["score"] == 100
+    assert result.info["progress"] == 1.0
+    assert total == pytest.approx(1.0 - initial)  # rewards are progress deltas from the reset state
+    with pytest.raises(EnvNotResetError):
+        env.step("look around")
+    with pytest.raises(EnvNotResetError):
+        env.admissible_actions()
+
+
+def test_invalid_action_is_flagged_not_raised(env):
+    env.reset(_tid("find-non-living-thing", 1))
+    key = env.state_key()
+    for bad in ("fly to the moon", "", "reset task"):
+        result = env.step(bad)
+        assert result.invalid_action and not result.done and result.reward == 0.0
+    assert env.state_key() == key  # nothing moved
+
+
+def test_admissible_actions_are_valid_and_bounded(env):
+    env.reset(_tid("find-living-thing", 1))
+    actions = env.admissible_actions()
+    assert actions == sorted(actions) and len(actions) <= env.max_admissible
+    assert "look around" in actions and "reset task" not in actions
+    key = env.state_key()
+    go = next(a for a in actions if a.startswith("go to ") and "door" not in a)
+    result = env.step(go)
+    assert not result.invalid_action, result.observation
+    assert env.state_key() != key
+
+
+def test_ambiguous_request_lists_choice_numbers(env):
+    env.reset(_tid("find-living-thing", 0))
+    result = env.step("open door")  # six doors from the hallway
+    assert result.info["ambiguous"] and not result.invalid_action
+    numbers = env.admissible_actions()
+    assert numbers == [str(i) for i in range(len(result.info["choices"]))]
+    result = env.step(result.info["choices"][0])  # the choice's text is mapped to its number
+    assert not result.invalid_action and not result.info["ambiguous"]
+    assert "door" in result.observation.lower()
+
+
+def test_failure_ends_the_episode_unwon(env):
+    env.reset(_tid("find-living-thing", 0))
+    result = env.step("focus on picture")  # a picture hangs in the hallway; it is not a living thing
+    assert result.done and not result.won and result.info["failed"]
+    assert result.info["score"] < 0
+
+
+def test_truncation_after_max_steps(env):
+    saved = env.max_steps
+    env.max_steps = 2
+    try:
+        env.reset(_tid("find-non-living-thing", 0))
+        assert not env.step("look around").done
+        result = env.step("look around")
+        assert result.done and result.info["truncated"] and not result.won
+    finally:
+        env.max_steps = saved
+
+
+def test_bad_constructor_arguments_fail_before_the_jvm_starts():
+    with pytest.raises(ValueError, match="unknown ScienceWorld task"):
+        SciWorldEnv(task_names=["no-such-task"], gold_cache_dir=None)
+    with pytest.raises(ValueError):
+        SciWorldEnv(split="validation", gold_cache_dir=None)
+
+
+def test_cap_actions_round_robin_over_verbs():
+    actions = [f"connect a{i} to b{i}" for i in range(50)] + ["look around", "go to kitchen", "go to hallway"]
+    kept, dropped = cap_actions(actions, 6)
+    assert dropped == len(actions) - 6 and kept == sorted(kept)
+    assert {"look around", "go to hallway", "go to kitchen"} <= set(kept)
+    assert cap_actions(actions, None) == (sorted(actions), 0)
+
+
+def test_lifecycle_topic_family_cached_gold_and_close(cache_dir):
+    e = SciWorldEnv(task_names=["4-1"], split="train", max_variations_per_task=1, family_by="topic",
+                    gold_cache_dir=cache_dir)
+    try:
+        (spec,) = e.tasks()
+        assert spec.task_id == _tid("find-living-thing", 0) and spec.family == "Classification"
+        e.reset(spec.task_id)
+        # a JVM that dies mid-episode surfaces as a typed EnvError with context, not a py4j error
+        java = e._sw._gateway.java_process
+        java.kill()
+        java.wait(timeout=10)
+        with pytest.raises(SciWorldJVMError, match="server.step failed.*find-living-thing.*look around"):
+            e.step("look around")
+    finally:
+        e.close()
+    e.close()  # idempotent
+    with pytest.raises(EnvError):
+        e.reset(spec.task_id)

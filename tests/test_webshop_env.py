@@ -1,0 +1,587 @@
+"""WebShopEnv's client protocol, tested against ``MiniWebShopStandIn``.
+
+The real WebShop (Flask site + Lucene index + product data from Google Drive) cannot run here, so
+these tests serve a tiny STAND-IN on 127.0.0.1: three products, the URL scheme and the page
+structure (element ids, classes, forms, radio ``data-url``s, the done page's reward block) of
+WebShop's ``web_agent_site`` templates, and a simplified reward. They prove the client's
+protocol and parsing, not WebShop's search or reward.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import random
+import socket
+import subprocess
+import sys
+import threading
+import urllib.parse
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from envs.base import DependencyMissingError, EnvNotResetError, UnknownTaskError
+from envs.webshop_env import (
+    GOALS_ENDPOINT,
+    SERVER_LAUNCHER,
+    WebShopEnv,
+    WebShopServerError,
+    parse_action,
+    parse_page,
+)
+
+PRODUCTS = [
+    {
+        "asin": "B000000AAA",
+        "Title": "Gentle Herbal Shampoo for Dry Hair",
+        "category": "beauty",
+        "query": "shampoo",
+        "product_category": "Beauty & Personal Care › Hair Care › Shampoo",
+        "attributes": ["paraben free", "dry hair"],
+        "options": {"size": ["8 oz", "16 oz"]},
+        "price": 12.5,
+    },
+    {
+        "asin": "B000000BBB",
+        "Title": "Wireless Bluetooth Headphones",
+        "category": "electronics",
+        "query": "headphones",
+        "product_category": "Electronics › Headphones",
+        "attributes": ["noise cancelling", "long battery life"],
+        "options": {"color": ["black", "white"], "style": ["over-ear", "on-ear"]},
+        "price": 59.99,
+    },
+    {
+        "asin": "B000000CCC",
+        "Title": "Solid Oak Coffee Table",
+        "category": "furniture",
+        "query": "coffee table",
+        "product_category": "Home & Kitchen › Furniture › Tables",
+        "attributes": ["solid wood"],
+        "options": {},
+        "price": 149.0,
+    },
+]
+BY_ASIN = {p["asin"]: p for p in PRODUCTS}
+
+
+def make_goals(n: int) -> list[dict]:
+    goals = []
+    for i in range(n):
+        p = PRODUCTS[i % 3]
+        k = i // 3
+        attrs = p["attributes"][: 1 + k % len(p["attributes"])]
+        options = {name: p["options"][name][k % len(p["options"][name])] for name in sorted(p["options"])}
+        option_text = ", and ".join(f"{name}: {value}" for name, value in options.items())
+        text = f"i need {p['query']} that is {' and '.join(attrs)}"
+        text += f" with {option_text}" if option_text else ""
+        text += f", and price lower than {p['price'] + 10:.2f} dollars"
+        goals.append({
+            "index": i, "asin": p["asin"], "category": p["category"], "query": p["query"],
+            "product_category": p["product_category"], "instruction_text": text, "attributes": attrs,
+            "goal_options": options, "price_upper": p["price"] + 10, "weight": 1.0,
+        })
+    return goals
+
+
+class MiniWebShopStandIn:
+    """A STAND-IN for WebShop's Flask site (``web_agent_site/app.py``), NOT WebShop itself.
+
+    Same routes and page structure as the real site's templates for what the client reads;
+    search is keyword overlap over 3 products and the reward is a simplified version of
+    WebShop's (attribute, option and price matches, times 0.1 for a wrong product type).
+    """
+
+    def __init__(self, n_goals: int = 1600, serve_goals: bool = True) -> None:
+        self.goals = make_goals(n_goals)
+        self.serve_goals = serve_goals
+        self.requests: list[tuple[str, str]] = []
+        standin = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):  # keep pytest output clean
+                pass
+
+            def do_GET(self):
+                standin._handle(self, "GET", {})
+
+            def do_POST(self):
+                length = int(self.headers.get("Content-Length") or 0)
+                form = urllib.parse.parse_qs(self.rfile.read(length).decode())
+                standin._handle(self, "POST", {k: v[0] for k, v in form.items()})
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    # ---------------------------------------------------------------- pages
+
+    @staticmethod
+    def _q(value) -> str:
+        return urllib.parse.quote(value if isinstance(value, str) else json.dumps(value), safe="")
+
+    def _goal(self, sid: str) -> dict:
+        return self.goals[int(sid.split("_")[-1])]
+
+    def _shell(self, sid: str, body: str) -> str:
+        instruction = html.escape(self._goal(sid)["instruction_text"])
+        return (
+            "<!DOCTYPE html><html><head><title>WebShop</title><style>.x{color:red}</style></head><body>"
+            f'<div id="instruction-text" class="text-center"><h4>Instruction:<br>{instruction}</h4></div>'
+            f"{body}</body></html>"
+        )
+
+    def _button(self, action: str, label: str, cls: str = "btn btn-primary") -> str:
+        return f'<form method="post" action="{html.escape(action)}"><button type="submit" class="{cls}">{html.escape(label)}</button></form>'
+
+    def search_page(self, sid: str) -> str:
+        return (
+            '<html><head><title>WebShop</title></head><body><div id="logo"><h2>WebShop</h2></div>'
+            f'<div id="instruction-text"><h4>Instruction: <br>{html.escape(self._goal(sid)["instruction_text"])}</h4></div>'
+            f'<form role="form" method="post" action="/{sid}"><input id="search_input" type="text" name="search_query">'
+            '<button class="btn btn-success" type="submit"><i class="glyphicon"></i>Search</button></form></body></html>'
+        )
+
+    def results_page(self, sid: str, keywords: list[str], page: int) -> str:
+        words = set(keywords)
+        ranked = sorted(PRODUCTS, key=lambda p: -len(words & set(p["Title"].lower().split())))
+        hits = [p for p in ranked if words & set(p["Title"].lower().split())] or ranked
+        shown = hits[(page - 1) * 10: page * 10]
+        kw = self._q(keywords)
+        body = self._button(f"/{sid}", "Back to Search", "btn btn-success")
+        body += f"<h3>Page {page} (Total results: {len(hits)})</h3>"
+        if page > 1:
+            body += self._button(f"/search_results/{sid}/{kw}/{page - 1}", "< Prev")
+        body += self._button(f"/search_results/{sid}/{kw}/{page + 1}", "Next >")
+        for p in shown:
+            href = f"/item_page/{sid}/{p['asin']}/{kw}/{page}/{self._q({})}"
+            body += (
+                f'<h4 class="product-asin"><a class="product-link" href="{html.escape(href)}">{p["asin"]}</a></h5>'
+                f'<h4 class="product-title">{html.escape(p["Title"])}</h5><h5 class="product-price">${p["price"]}</h6>'
+                f"<!-- <h5>{p['category']}</h5> -->"
+            )
+        return self._shell(sid, body)
+
+    def item_page(self, sid: str, asin: str, kw: str, page: int, options: dict) -> str:
+        p = BY_ASIN[asin]
+        body = self._button(f"/{sid}", "Back to Search", "btn btn-success")
+        body += self._button(f"/search_results/{sid}/{kw}/{page}", "< Prev")
+        for name, values in p["options"].items():
+            body += f"<h4>{name}</h4>"
+            for j, value in enumerate(values):
+                url = f"/item_page/{sid}/{asin}/{kw}/{page}/{self._q({**options, name: value})}"
+                body += (
+                    f'<input type="radio" id="radio_{name}{j}" name="{name}" value="{html.escape(value)}" data-url="{html.escape(url)}">'
+                    f'<label for="radio_{name}{j}">{html.escape(value)}</label>'
+                )
+        body += f"<h2>{html.escape(p['Title'])}</h2><h4>Price: ${p['price']}</h4><h4>Rating: N.A.</h4>"
+        for sub in ("Description", "Features", "Reviews"):
+            body += self._button(f"/item_sub_page/{sid}/{asin}/{kw}/{page}/{sub}/{self._q(options)}", sub)
+        body += self._button(f"/done/{sid}/{asin}/{self._q(options)}", "Buy Now", "btn btn-lg purchase")
+        body += "<script>var options = {};</script>"
+        return self._shell(sid, body)
+
+    def sub_page(self, sid: str, asin: str, kw: str, page: int, sub: str, options: dict) -> str:
+        p = BY_ASIN[asin]
+        body = self._button(f"/{sid}", "Back to Search", "btn btn-success")
+        body += self._button(f"/item_page/{sid}/{asin}/{kw}/{page}/{self._q(options)}", "< Prev")
+        text = {"Description": f"A fine {p['query']}.", "Features": "; ".join(p["attributes"]), "Reviews": "No reviews."}[sub]
+        return self._shell(sid, body + f'<p class="product-info">{html.escape(text)}</p>')
+
+    def reward(self, goal: dict, asin: str, options: dict) -> float:
+        p = BY_ASIN[asin]
+        n_attr = sum(a in p["attributes"] for a in goal["attributes"])
+        n_opt = sum(v in options.values() for v in goal["goal_options"].values())
+        price_ok = p["price"] <= goal["price_upper"]
+        total = (n_attr + n_opt + price_ok) / (len(goal["attributes"]) + len(goal["goal_options"]) + 1)
+        return total * (1.0 if p["category"] == goal["category"] else 0.1)
+
+    def done_page(self, sid: str, asin: str, options: dict) -> str:
+        goal = self._goal(sid)
+        r = self.reward(goal, asin, options)
+        return (
+            "<html><body><h1>Thank you for shopping with us!</h1>"
+            '<div id="stats"><div style="display: none">'
+            f'<h4 id="asin">asin<pre>{asin}</pre></p><h4 id="options">options<pre>{html.escape(json.dumps(options))}</pre></h4>'
+            f'<h4 id="goal-attrs">attrs<pre>{html.escape(str(goal["attributes"]))}</pre></h4></div>'
+            f'<h3 id="reward">Your score (min 0.0, max 1.0)<pre>{r}</pre></h3></div></body></html>'
+        )
+
+    # ---------------------------------------------------------------- routing
+
+    def _handle(self, handler, method: str, form: dict) -> None:
+        self.requests.append((method, handler.path))
+        parts = [urllib.parse.unquote(x) for x in handler.path.split("?")[0].strip("/").split("/")]
+        try:
+            if parts == ["skl_api", "goals"]:
+                if not self.serve_goals:
+                    return self._send(handler, 404, "not found")
+                return self._send(handler, 200, json.dumps({"goals": self.goals}), "application/json")
+            if len(parts) == 1 and "fixed" in parts[0]:
+                sid = parts[0]
+                if method == "POST" and "search_query" in form:
+                    keywords = form["search_query"].lower().split(" ")
+                    handler.send_response(302)
+                    handler.send_header("Location", f"/search_results/{sid}/{self._q(keywords)}/1")
+                    handler.send_header("Content-Length", "0")
+                    handler.end_headers()
+                    return None
+                return self._send(handler, 200, self.search_page(sid))
+            kind, sid = parts[0], parts[1]
+            if kind == "search_results":
+                return self._send(handler, 200, self.results_page(sid, json.loads(parts[2]), int(parts[3])))
+            if kind == "item_page":
+                return self._send(handler, 200, self.item_page(sid, parts[2], self._q(json.loads(parts[3])), int(parts[4]), json.loads(parts[5])))
+            if kind == "item_sub_page":
+                return self._send(handler, 200, self.sub_page(sid, parts[2], self._q(json.loads(parts[3])), int(parts[4]), parts[5], json.loads(parts[6])))
+            if kind == "done":
+                return self._send(handler, 200, self.done_page(sid, parts[2], json.loads(parts[3])))
+        except (IndexError, KeyError, ValueError) as exc:
+            return self._send(handler, 500, f"stand-in error: {exc!r}")
+        return self._send(handler, 404, "not found")
+
+    @staticmethod
+    def _send(handler, status: int, body: str, ctype: str = "text/html; charset=utf-8") -> None:
+        data = body.encode()
+        handler.send_response(status)
+        handler.send_header("Content-Type", ctype)
+        handler.send_header("Content-Length", str(len(data)))
+        handler.end_headers()
+        handler.wfile.write(data)
+
+
+@pytest.fixture(scope="module")
+def standin():
+    s = MiniWebShopStandIn()
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def env(standin):
+    return WebShopEnv(server_url=standin.url, split="all", max_goals=12)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+# ---------------------------------------------------------------------- construction
+
+
+def test_unreachable_server_is_a_clear_dependency_error(monkeypatch):
+    monkeypatch.delenv("WEBSHOP_GOALS_FILE", raising=False)
+    with pytest.raises(DependencyMissingError, match="no WebShop server reachable"):
+        WebShopEnv(server_url=f"http://127.0.0.1:{_free_port()}", timeout_s=5)
+
+
+def test_server_without_goal_table_needs_a_goals_file(tmp_path, monkeypatch):
+    monkeypatch.delenv("WEBSHOP_GOALS_FILE", raising=False)
+    bare = MiniWebShopStandIn(n_goals=6, serve_goals=False)
+    try:
+        with pytest.raises(DependencyMissingError, match="serves no goal table"):
+            WebShopEnv(server_url=bare.url, split="all")
+        goals_file = tmp_path / "goals.json"
+        goals_file.write_text(json.dumps(make_goals(6)))  # a bare list works too
+        env = WebShopEnv(server_url=bare.url, split="all", goals_file=goals_file)
+        assert [t.task_id for t in env.tasks()] == [f"webshop-{i}" for i in range(6)]
+        monkeypatch.setenv("WEBSHOP_GOALS_FILE", str(goals_file))
+        assert len(WebShopEnv(server_url=bare.url, split="all").tasks()) == 6
+    finally:
+        bare.close()
+
+
+def test_server_url_from_environment(standin, monkeypatch):
+    monkeypatch.setenv("WEBSHOP_URL", standin.url)
+    env = WebShopEnv(split="test", max_goals=2)
+    assert env.server_url == standin.url
+
+
+def test_splits_follow_the_conventions(standin):
+    def ids(**kw):
+        return [t.metadata["goal_index"] for t in WebShopEnv(server_url=standin.url, **kw).tasks()]
+
+    assert ids(split="test") == list(range(500))
+    assert ids(split="dev") == list(range(500, 1500))
+    assert ids(split="train") == list(range(1500, 1600))
+    assert ids(split="train", split_convention="verl_agent") == list(range(500, 1600))
+    assert ids(split="test", max_goals=3) == [0, 1, 2]
+    with pytest.raises(ValueError):
+        WebShopEnv(server_url=standin.url, split="dev", split_convention="verl_agent")
+    with pytest.raises(ValueError):
+        WebShopEnv(server_url=standin.url, split="validation")
+
+
+def test_difficulty_is_required_attributes_plus_options(env, standin):
+    for spec in env.tasks():
+        goal = standin.goals[spec.metadata["goal_index"]]
+        assert spec.difficulty == len(goal["attributes"]) + len(goal["goal_options"])
+        assert spec.family == goal["category"]
+        assert spec.metadata["n_options"] == len(goal["goal_options"])
+        assert "asin" not in spec.metadata
+    assert {s.difficulty for s in env.tasks()} == {1.0, 2.0, 3.0, 4.0}
+    by_query = WebShopEnv(server_url=standin.url, split="all", max_goals=3, family_by="query")
+    assert [s.family for s in by_query.tasks()] == ["shampoo", "headphones", "coffee table"]
+
+
+# ---------------------------------------------------------------------- episodes
+
+
+def _buy(env, task_id, search, asin, options):
+    obs, info = env.reset(task_id)
+    assert info["instruction_text"] and info["instruction_text"] in obs
+    env.step(f"search[{search}]")
+    env.step(f"click[{asin}]")
+    for value in options:
+        assert not env.step(f"click[{value}]").invalid_action
+    return env.step("click[Buy Now]")
+
+
+def test_search_click_options_and_buy_wins(env, standin):
+    goal = standin.goals[4]  # headphones, 2 attributes, color + style
+    obs, info = env.reset("webshop-4")
+    assert obs.startswith("WebShop [SEP] Instruction: [SEP] i need headphones")
+    assert env.admissible_actions() == ["search[<query>]"]  # the Search button itself is not clickable
+
+    result = env.step("search[Wireless Headphones]")
+    assert not result.invalid_action and not result.done and result.reward == 0.0
+    assert "B000000BBB [SEP] Wireless Bluetooth Headphones" in result.observation
+    assert "electronics" not in result.observation  # commented-out HTML is not text
+    actions = env.admissible_actions()
+    assert {"click[back to search]", "click[next >]", "click[b000000bbb]"} <= set(actions)
+    assert not any(a.startswith("search[") for a in actions)
+
+    result = env.step("click[B000000BBB]")
+    assert "Buy Now" in result.observation and "var options" not in result.observation
+    assert {"click[black]", "click[white]", "click[over-ear]", "click[on-ear]", "click[buy now]",
+            "click[description]", "click[< prev]"} <= set(env.admissible_actions())
+    for value in goal["goal_options"].values():
+        assert not env.step(f"click[{value}]").invalid_action
+    result = env.step("click[Buy Now]")
+    assert result.done and result.won and result.reward == 1.0
+    assert result.info["task_score"] == 1.0 and result.info["purchased_asin"] == "B000000BBB"
+    assert "Thank you for shopping" in result.observation
+    assert "goal-attrs" not in result.observation and "noise cancelling" not in result.observation  # hidden block
+    assert any(m == "POST" and p.startswith("/done/") for m, p in standin.requests)  # Buy Now submits its form
+    with pytest.raises(EnvNotResetError):
+        env.step("click[back to search]")
+    with pytest.raises(EnvNotResetError):
+        env.admissible_actions()
+
+
+def test_wrong_purchase_is_partial_reward_not_won(env):
+    result = _buy(env, "webshop-4", "oak coffee table", "b000000ccc", [])
+    assert result.done and not result.won and 0.0 <= result.reward < 1.0
+
+
+def test_sub_pages_and_navigation(env):
+    env.reset("webshop-0")
+    env.step("search[shampoo]")
+    env.step("click[b000000aaa]")
+    result = env.step("click[Features]")
+    assert "paraben free; dry hair" in result.observation
+    result = env.step("click[< Prev]")
+    assert "click[buy now]" in env.admissible_actions()
+    result = env.step("click[back to search]")
+    assert env.admissible_actions() == ["search[<query>]"]
+    # like WebAgentTextEnv, a search is carried out from any page
+    env.step("search[coffee table]")
+    env.step("click[b000000ccc]")
+    result = env.step("search[shampoo]")
+    assert not result.invalid_action and "B000000AAA" in result.observation
+
+
+def test_invalid_actions_are_flagged_and_change_nothing(env):
+    env.reset("webshop-1")
+    env.step("search[headphones]")
+    key = env.state_key()
+    for bad in ("buy the headphones", "click[nothing here]", "search[   ]", "click[search]", "scroll[down]"):
+        result = env.step(bad)
+        assert result.invalid_action and not result.done and result.reward == 0.0, bad
+        assert result.observation.startswith("Invalid action:")
+        assert env.state_key() == key
+
+
+def test_truncation(standin):
+    env = WebShopEnv(server_url=standin.url, split="all", max_goals=3, max_steps=3)
+    env.reset("webshop-2")
+    assert not env.step("search[table]").done
+    assert not env.step("click[nope]").done  # invalid actions count as steps
+    result = env.step("click[b000000ccc]")
+    assert result.done and result.info["truncated"] and not result.won and result.reward == 0.0
+
+
+def test_unknown_task_and_not_reset(env):
+    with pytest.raises(UnknownTaskError):
+        env.reset("webshop-99999")
+    with pytest.raises(EnvNotResetError):
+        env.step("search[x]")
+    with pytest.raises(EnvNotResetError):
+        env.state_key()
+    with pytest.raises(EnvNotResetError):
+        env.get_state()
+
+
+def test_state_key_sees_chosen_options_and_sessions_are_fresh(env, standin):
+    env.reset("webshop-4")
+    env.step("search[headphones]")
+    env.step("click[b000000bbb]")
+    plain = env.state_key()
+    env.step("click[white]")
+    white = env.state_key()
+    assert white != plain  # same page text, different chosen options
+    first_session = env.get_state()["session_id"]
+    env.reset("webshop-4")
+    env.step("search[headphones]")
+    env.step("click[b000000bbb]")
+    assert env.state_key() == plain  # the session id is not part of the key
+    assert env.get_state()["session_id"] != first_session and first_session.endswith("_fixed_4")
+
+
+def test_snapshot_round_trip_and_into_a_fresh_env(env, standin):
+    env.reset("webshop-4")
+    env.step("search[headphones]")
+    env.step("click[b000000bbb]")
+    env.step("click[white]")
+    state = env.get_state()
+    key = env.state_key()
+    json.dumps(state)  # plain data
+    bad = _buy(env, "webshop-4", "shampoo", "b000000aaa", [])
+    assert bad.done and not bad.won
+    env.set_state(state)
+    assert env.state_key() == key and not env.get_state()["done"]
+    assert env.step("click[on-ear]").info["steps"] == 4
+    other = WebShopEnv(server_url=standin.url, split="all", max_goals=12)
+    other.set_state(state)
+    assert other.state_key() == key
+    goal = standin.goals[4]
+    for value in goal["goal_options"].values():
+        other.step(f"click[{value}]")
+    assert other.step("click[buy now]").won
+    with pytest.raises(ValueError):
+        other.set_state({"env": "frozenlake"})
+
+
+def test_server_failure_mid_episode_is_a_typed_error():
+    s = MiniWebShopStandIn(n_goals=3)
+    env = WebShopEnv(server_url=s.url, split="all", timeout_s=5)
+    env.reset("webshop-0")
+    s.close()
+    with pytest.raises(WebShopServerError, match="webshop-0"):
+        env.step("search[shampoo]")
+
+
+def test_http_error_is_a_typed_error(env, standin):
+    env.reset("webshop-0")
+    env._page.clickables["broken"] = type(env._page.search_target)("GET", standin.url + "/item_page/x")
+    with pytest.raises(WebShopServerError, match="HTTP 500"):
+        env.step("click[broken]")
+
+
+# ---------------------------------------------------------------------- parsing units
+
+
+def test_parse_action():
+    assert parse_action("search[ Red  Shoes ]") == ("search", "red shoes")
+    assert parse_action(" Click[Buy Now] ") == ("click", "buy now")
+    assert parse_action("click[< Prev]") == ("click", "< prev")
+    assert parse_action("buy now") is None and parse_action("click") is None
+
+
+def test_parse_page_reads_the_real_template_structure():
+    page_html = """<html><head><title>t</title><script>x()</script></head><body>
+    <div id="instruction-text" class="text-center"><h4>Instruction: <br>i want a &amp; b</h4></div>
+    <form method="post" action="/s_fixed_1"><button type="submit" class="btn btn-success">Back to Search</button></form>
+    <h4 class="product-asin"><a class="product-link" href="/item_page/s_fixed_1/B1/%5B%27a%27%5D/1/%7B%7D">B1</a></h5>
+    <input type="radio" name="color" value="Navy Blue" data-url="/item_page/s_fixed_1/B1/x/1/%7B%22color%22%3A%22navy%22%7D">
+    <label>Navy Blue</label><p hidden>secret</p></body></html>"""
+    page = parse_page(page_html, "http://h:1/search_results/s_fixed_1/x/1")
+    assert page.instruction == "i want a & b"
+    assert page.text == "Instruction: [SEP] i want a & b [SEP] Back to Search [SEP] B1 [SEP] Navy Blue"
+    assert page.clickables["back to search"].method == "POST"
+    assert page.clickables["back to search"].url == "http://h:1/s_fixed_1"
+    assert page.clickables["b1"].url == "http://h:1/item_page/s_fixed_1/B1/%5B%27a%27%5D/1/%7B%7D"
+    assert page.clickables["navy blue"].method == "GET"
+    assert not page.has_search_bar and page.reward is None
+
+
+# ---------------------------------------------------------------------- launcher
+
+FAKE_SITE = {
+    "web_agent_site/__init__.py": "",
+    "web_agent_site/engine/__init__.py": "",
+    "web_agent_site/utils.py": "DEFAULT_FILE_PATH = 'data/items_shuffle_1000.json'\n",
+    "web_agent_site/app.py": (
+        "class _App:\n"
+        "    rules = []\n"
+        "    def response_class(self, body, mimetype=None):\n"
+        "        return (body, mimetype)\n"
+        "    def add_url_rule(self, rule, endpoint, view):\n"
+        "        self.rules.append((rule, endpoint, view()))\n"
+        "    def run(self, **kw):\n"
+        "        raise SystemExit('run should not be called with --no-serve')\n"
+        "app = _App()\n"
+        "search_engine = None\n"
+    ),
+    "web_agent_site/engine/engine.py": (
+        "import random\n"
+        "CALLS = []\n"
+        "def load_products(filepath, num_products=None, human_goals=True):\n"
+        "    CALLS.append(('load', filepath, num_products, human_goals))\n"
+        "    products = [{'asin': f'A{i}'} for i in range(5)]\n"
+        "    return products, {p['asin']: p for p in products}, {p['asin']: random.random() for p in products}, {}\n"
+        "def init_search_engine(num_products=None):\n"
+        "    CALLS.append(('index', num_products))\n"
+        "    return 'searcher'\n"
+    ),
+    "web_agent_site/engine/goal.py": (
+        "def get_goals(all_products, product_prices, human_goals=True):\n"
+        "    assert human_goals is False\n"
+        "    return [{'asin': p['asin'], 'category': 'beauty', 'query': 'q', 'product_category': 'a › b',\n"
+        "             'instruction_text': f'goal {p[\"asin\"]}', 'attributes': ['x'] * (i + 1),\n"
+        "             'goal_options': {'size': 's'} if i % 2 else {}, 'price_upper': 10.0, 'weight': 1}\n"
+        "            for i, p in enumerate(all_products)]\n"
+    ),
+}
+
+
+def test_launcher_builds_the_paper_setting_and_exports_goals(tmp_path, standin):
+    for rel, text in FAKE_SITE.items():
+        path = tmp_path / "fake_webshop" / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    launcher = tmp_path / "fake_webshop" / "skl_webshop_server.py"
+    subprocess.run([sys.executable, "-m", "envs.webshop_env", "--write-launcher", str(launcher)], check=True,
+                   capture_output=True)
+    assert launcher.read_text() == SERVER_LAUNCHER
+    exported = tmp_path / "goals.json"
+    probe = (
+        "import sys, runpy; sys.argv = ['x', '--no-serve', '--export-goals', sys.argv[1]];\n"
+        "ns = runpy.run_path('skl_webshop_server.py', run_name='__main__')\n"
+        "import web_agent_site.app as site, web_agent_site.engine.engine as eng\n"
+        "print(eng.CALLS); print(site.app.rules[0][0]); print(site.search_engine, len(site.goals))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe, str(exported)], cwd=tmp_path / "fake_webshop",
+                         capture_output=True, text=True, check=True)
+    lines = out.stdout.strip().splitlines()
+    assert lines[0] == "[('load', 'data/items_shuffle_1000.json', 1000, False), ('index', 1000)]"
+    assert lines[1] == GOALS_ENDPOINT and lines[2] == "searcher 5"
+    payload = json.loads(exported.read_text())
+    assert payload["num_products"] == 1000 and payload["human_goals"] is False
+    # WebShop's goal order: built in product order, then random.seed(233); random.shuffle(goals)
+    expected = [f"A{i}" for i in range(5)]
+    random.Random(233).shuffle(expected)
+    assert [g["asin"] for g in payload["goals"]] == expected
+    assert [g["index"] for g in payload["goals"]] == list(range(5))
+    env = WebShopEnv(server_url=standin.url, split="all", goals_file=exported)
+    assert [s.difficulty for s in env.tasks()] == [
+        len(g["attributes"]) + len(g["goal_options"]) for g in payload["goals"]
+    ]
