@@ -61,3 +61,24 @@ def write_parquet(rows: list[dict[str, Any]], path: str | os.PathLike) -> str:
     pd.DataFrame(rows).to_parquet(tmp, index=False)
     os.replace(tmp, path)
     return path
+
+
+def main(argv: list[str] | None = None) -> str:
+    """CLI: one row per task, for task-independent baselines (GRPO) and plain env training."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Write a verl dataset with one row per env task.")
+    parser.add_argument("--env", required=True)
+    parser.add_argument("--env-kwargs", default="{}", help="JSON kwargs for envs.make_env")
+    parser.add_argument("--max-tasks", type=int, default=None)
+    parser.add_argument("--agent-loop", default=DEFAULT_AGENT_LOOP)
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args(argv)
+    rows = env_rows(args.env, json.loads(args.env_kwargs), agent_name=args.agent_loop)[: args.max_tasks]
+    path = write_parquet(rows, args.out)
+    print(f"wrote {len(rows)} {args.env} tasks to {path}")
+    return path
+
+
+if __name__ == "__main__":
+    main()

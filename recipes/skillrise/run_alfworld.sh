@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# SkillRise on ALFWorld (all six families). Needs GPUs, a model and ALFWorld's data (alfworld-download).
+#   bash recipes/skillrise/run_alfworld.sh [--dry-run] [hydra overrides...]
+#   CONFIG=grpo_alfworld bash recipes/skillrise/run_alfworld.sh          # task-independent GRPO baseline
+#   CONFIG=no_curation_alfworld bash recipes/skillrise/run_alfworld.sh   # no-curation ablation
+ENV_NAME=alfworld
+CONFIG=${CONFIG:-skillrise_alfworld}
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+export ALFWORLD_DATA=${ALFWORLD_DATA:-$HOME/.cache/alfworld}
+if [ "$CONFIG" = grpo_alfworld ]; then
+  build_tasks alfworld_tasks_train '{"split": "train"}'
+  build_tasks alfworld_tasks_val '{"split": "valid_unseen"}'
+else
+  build_sequences alfworld_train '{"split": "train"}'
+  build_sequences alfworld_val '{"split": "valid_unseen"}'
+fi
+train

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# SkillRise on ScienceWorld. Needs GPUs, a model, Java 17 and `pip install -e ".[sciworld]"`.
+#   bash recipes/skillrise/run_sciworld.sh [--dry-run] [hydra overrides...]
+ENV_NAME=sciworld
+CONFIG=${CONFIG:-skillrise_sciworld}
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+build_sequences sciworld_train '{"split": "train", "max_steps": 50}'
+build_sequences sciworld_val '{"split": "test", "max_steps": 50}'
+train

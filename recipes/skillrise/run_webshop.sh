@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# SkillRise on WebShop (1,000 products, synthetic goals). Needs GPUs, a model and a running WebShop
+# server (docs/webshop_setup.md) at $WEBSHOP_URL.
+#   bash recipes/skillrise/run_webshop.sh [--dry-run] [hydra overrides...]
+ENV_NAME=webshop
+CONFIG=${CONFIG:-skillrise_webshop}
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+export WEBSHOP_URL=${WEBSHOP_URL:-http://127.0.0.1:3000}
+build_sequences webshop_train '{"split": "train"}'
+build_sequences webshop_val '{"split": "test"}'
+train
