@@ -59,17 +59,18 @@ class HFGenerationClient:
         # concurrent episodes interleave.
         digest = hashlib.sha256(f"{self.seed}:{request_id}:{call}".encode()).digest()
         torch.manual_seed(int.from_bytes(digest[:8], "little") & 0x7FFFFFFFFFFFFFFF)
-        input_ids = torch.tensor([prompt_ids], dtype=torch.long)
+        input_ids = torch.tensor([prompt_ids], dtype=torch.long, device=self.model.device)
         was_training = self.model.training
         self.model.eval()
         with torch.no_grad():
             out = self.model.generate(input_ids=input_ids, attention_mask=torch.ones_like(input_ids), **kwargs)
         self.model.train(was_training)
-        new_tokens = out.sequences[0, input_ids.shape[1] :].tolist()
+        new_tokens = out.sequences[0, input_ids.shape[1] :].cpu().tolist()
         log_probs = None
         if params.get("logprobs"):
             logits = torch.stack(out.logits, dim=1)[0].float()  # (new, vocab), before temperature
-            log_probs = torch.log_softmax(logits, dim=-1).gather(-1, torch.tensor(new_tokens)[:, None])[:, 0].tolist()
+            chosen = torch.tensor(new_tokens, device=logits.device)[:, None]
+            log_probs = torch.log_softmax(logits, dim=-1).gather(-1, chosen)[:, 0].cpu().tolist()
         finished = bool(new_tokens) and new_tokens[-1] in kwargs["eos_token_id"]
         return TokenOutput(token_ids=new_tokens, log_probs=log_probs, stop_reason="completed" if finished else None)
 

@@ -116,6 +116,44 @@ def compose_config(overrides: list[str] | None = None) -> DictConfig:
         return compose(config_name="ppo_trainer", overrides=CPU_OVERRIDES + loops + list(overrides or []))
 
 
+class AgentRollout:
+    """verl's ``AgentLoopWorker`` in this process over any client with verl's ``generate``
+    interface (the HF stand-in, or an OpenAI-compatible server), plus the dataset it plays."""
+
+    def __init__(self, config: DictConfig, client: Any, tokenizer: Any, data_files: Any):
+        from verl.utils.dataset.rl_dataset import RLHFDataset
+
+        import skl_verl
+
+        skl_verl.register(with_trainer=False)
+        self.config = config
+        self.worker = multi_output_agent_loop_worker()(config, llm_client=client)
+        self.dataset = RLHFDataset(data_files=data_files, tokenizer=tokenizer, config=config.data, processor=None)
+
+    def batches(self, batch_size: int, seed: int = 0, shuffle: bool = True, drop_last: bool = True):
+        from verl.utils.dataset.rl_dataset import collate_fn
+
+        if drop_last and batch_size > len(self.dataset):
+            raise ValueError(f"data.train_batch_size={batch_size} exceeds the {len(self.dataset)} rows of the train set")
+        order = np.random.default_rng(seed).permutation(len(self.dataset)) if shuffle else np.arange(len(self.dataset))
+        stop = len(order) - batch_size + 1 if drop_last else len(order)
+        for start in range(0, stop, batch_size):
+            yield collate_fn([self.dataset[int(i)] for i in order[start : start + batch_size]])
+
+    def rollout(self, batch_dict: dict[str, Any], step: int, n: int, validate: bool = False):
+        """Play every row ``n`` times (sessions 0..n-1); returns verl's postprocessed ``DataProto``."""
+        from verl import DataProto
+
+        prompts = DataProto.from_single_dict(batch_dict)
+        # Deterministic ids: with the client's per-request seeding a run replays exactly.
+        uids = [f"step{step}-{i}" for i in range(len(prompts))]
+        prompts.non_tensor_batch["uid"] = np.array(uids, dtype=object)
+        prompts = prompts.repeat(repeat_times=n, interleave=True)
+        prompts.non_tensor_batch["session_id"] = np.tile(np.arange(n), len(prompts) // n)
+        prompts.meta_info.update(global_steps=step, validate=validate)
+        return asyncio.run(self.worker.generate_sequences(prompts))
+
+
 class CPUTrainer:
     """One process: rollout with the HF client, update with verl's FSDP2 actor, sync weights."""
 
@@ -126,7 +164,6 @@ class CPUTrainer:
 
         skl_verl.register(with_trainer=False)
         from transformers import AutoModelForCausalLM
-        from verl.utils.dataset.rl_dataset import RLHFDataset
         from verl.utils.tracking import Tracking
         from verl.workers.engine_workers import ActorRolloutRefWorker
 
@@ -147,10 +184,7 @@ class CPUTrainer:
         self.client = HFGenerationClient(
             self.rollout_model, self.tokenizer, max_new_tokens=max_new_tokens_per_turn, seed=int(config.data.get("seed") or 0)
         )
-        self.agent_worker = multi_output_agent_loop_worker()(config, llm_client=self.client)
-        self.dataset = RLHFDataset(
-            data_files=config.data.train_files, tokenizer=self.tokenizer, config=config.data, processor=None
-        )
+        self.rollouter = AgentRollout(config, self.client, self.tokenizer, config.data.train_files)
         self.tracking = Tracking(
             project_name=config.trainer.project_name,
             experiment_name=config.trainer.experiment_name,
@@ -167,26 +201,10 @@ class CPUTrainer:
         self.rollout_model.load_state_dict(state)
 
     def batches(self):
-        from verl.utils.dataset.rl_dataset import collate_fn
-
-        size = int(self.config.data.train_batch_size)
-        if size > len(self.dataset):
-            raise ValueError(f"data.train_batch_size={size} exceeds the {len(self.dataset)} rows of the train set")
-        order = np.random.default_rng(int(self.config.data.get("seed") or 0)).permutation(len(self.dataset))
-        for start in range(0, len(order) - size + 1, size):
-            yield collate_fn([self.dataset[int(i)] for i in order[start : start + size]])
+        return self.rollouter.batches(int(self.config.data.train_batch_size), seed=int(self.config.data.get("seed") or 0))
 
     def rollout(self, batch_dict: dict[str, Any]):
-        from verl import DataProto
-
-        prompts = DataProto.from_single_dict(batch_dict)
-        # Deterministic ids: with the client's per-request seeding a run replays exactly.
-        uids = [f"step{self.global_step}-{i}" for i in range(len(prompts))]
-        prompts.non_tensor_batch["uid"] = np.array(uids, dtype=object)
-        prompts = prompts.repeat(repeat_times=self.n, interleave=True)
-        prompts.non_tensor_batch["session_id"] = np.tile(np.arange(self.n), len(prompts) // self.n)
-        prompts.meta_info["global_steps"] = self.global_step
-        return asyncio.run(self.agent_worker.generate_sequences(prompts))
+        return self.rollouter.rollout(batch_dict, step=self.global_step, n=self.n)
 
     def _actor_input(self, data, **fields):
         from tensordict import TensorDict

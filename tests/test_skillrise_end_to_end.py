@@ -70,7 +70,7 @@ def trainer(tmp_path, tiny_model_dir, monkeypatch):
         ]
     )
     trainer = CPUTrainer(config)
-    trainer.agent_worker.llm_client = PlannedPolicy(trainer.tokenizer)
+    trainer.rollouter.worker.llm_client = PlannedPolicy(trainer.tokenizer)
     return trainer
 
 
@@ -109,7 +109,7 @@ def test_curate_gets_discounted_later_rewards_and_solve_its_own(trainer):
 
 def test_only_the_document_crosses_tasks(trainer):
     trainer.rollout(next(trainer.batches()))
-    prompts = trainer.agent_worker.llm_client.prompts
+    prompts = trainer.rollouter.worker.llm_client.prompts
     first = next(p for r, p in prompts.items() if r.endswith("_0:solve0"))
     second = next(p for r, p in prompts.items() if r.endswith("_0:solve1"))
     malformed_then = next(p for r, p in prompts.items() if r.endswith("_3:solve1"))

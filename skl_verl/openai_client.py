@@ -1,0 +1,68 @@
+"""verl's rollout-client interface over any OpenAI-compatible completions endpoint.
+
+Lets evaluation and prompting studies drive a served model (``vllm serve <checkpoint>``, SGLang,
+a hosted API) through the same agent loops as training. Prompts are sent as token ids (vLLM and
+SGLang accept them); the returned text is re-tokenised, so log-probs are not available.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import urllib.error
+import urllib.request
+from typing import Any
+
+from verl.workers.rollout.replica import TokenOutput
+
+
+class EndpointError(RuntimeError):
+    """The endpoint was unreachable or answered with an error."""
+
+
+class OpenAICompletionsClient:
+    def __init__(
+        self, base_url: str, model: str, tokenizer: Any, max_new_tokens: int, api_key: str | None = None,
+        timeout_s: float = 120.0, send_token_ids: bool = True,
+    ):
+        self.url = base_url.rstrip("/") + "/completions"
+        self.model = model
+        self.tokenizer = tokenizer
+        self.max_new_tokens = max_new_tokens
+        self.api_key = api_key
+        self.timeout_s = timeout_s
+        self.send_token_ids = send_token_ids
+
+    async def generate(self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any], **_: Any) -> TokenOutput:
+        payload = {
+            "model": self.model,
+            "prompt": list(prompt_ids) if self.send_token_ids else self.tokenizer.decode(prompt_ids),
+            "max_tokens": int(sampling_params.get("max_tokens") or self.max_new_tokens),
+            "temperature": float(sampling_params.get("temperature", 1.0)),
+            "top_p": float(sampling_params.get("top_p", 1.0)),
+            "user": str(request_id),
+        }
+        body = await asyncio.get_running_loop().run_in_executor(None, self._post, payload)
+        try:
+            choice = body["choices"][0]
+            text = choice["text"]
+        except (KeyError, IndexError, TypeError) as exc:
+            raise EndpointError(f"{self.url} returned no completion: {str(body)[:300]}") from exc
+        token_ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        finished = choice.get("finish_reason") == "stop"
+        if finished and self.tokenizer.eos_token_id is not None:
+            token_ids.append(self.tokenizer.eos_token_id)
+        return TokenOutput(token_ids=token_ids, stop_reason="completed" if finished else None)
+
+    def _post(self, payload: dict[str, Any]) -> dict[str, Any]:
+        headers = {"Content-Type": "application/json"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        request = urllib.request.Request(self.url, data=json.dumps(payload).encode(), headers=headers, method="POST")
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+                return json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            raise EndpointError(f"{self.url} answered HTTP {exc.code}: {exc.read()[:300]!r}") from exc
+        except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
+            raise EndpointError(f"cannot reach {self.url}: {exc}") from exc

@@ -1,0 +1,227 @@
+"""SkillRise evaluation: Pass@1/2/3 and cross-task test-time scaling over K (§4.2, §5.1).
+
+    # a local HF checkpoint (CPU or GPU)
+    python -m skl_verl.skillrise.evaluate --env alfworld --env-kwargs '{"split": "valid_unseen"}' \\
+        --model checkpoints/skillrise/hf --max-tasks 128 --scaling-k 1,2,3,4,5 --out results.json
+    # or a served model: vllm serve <checkpoint> --port 8000
+    python -m skl_verl.skillrise.evaluate --env webshop --endpoint http://127.0.0.1:8000/v1 \\
+        --served-model <name> --tokenizer <checkpoint> --max-tasks 128
+
+Pass@k retries the *same* task up to k times, carrying the evolving skill document, and counts
+a task solved if any of its first k attempts wins. Scaling partitions the held-out tasks into
+sequences of K related tasks (one attempt each) and reports the success rate for each K.
+The printed tables put the paper's numbers (Qwen3-4B) beside ours.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+
+from envs import make_env
+from skl_verl import sample_fields as sf
+from skl_verl.data import write_parquet
+from skl_verl.skillrise import paper_results
+from skl_verl.skillrise.build_dataset import sequence_rows
+from skl_verl.skillrise.sequences import build_sequences, retry_sequences
+
+
+PAPER_ENVS = ("alfworld", "webshop", "sciworld")
+
+
+def solve_records(data) -> list[dict[str, Any]]:
+    """One record per solve sample: trial, sequence, position, family, won."""
+    fields = data.non_tensor_batch
+    records = []
+    for i, phase in enumerate(fields[sf.PHASE]):
+        if phase != "solve":
+            continue
+        extra = fields["extra_info"][i]
+        records.append(
+            {
+                "trial": fields[sf.TRAJECTORY_ID][i],
+                "sequence": fields[sf.SEQUENCE_ID][i],
+                "position": int(fields[sf.POSITION][i]),
+                "family": extra.get("family", ""),
+                "won": bool(fields["skl_won"][i]),
+                "failed": bool(fields["skl_failed"][i]),
+            }
+        )
+    return records
+
+
+def pass_at_k(records: Iterable[dict[str, Any]], attempts: int) -> dict[int, float]:
+    """Fraction of trials solved within their first k attempts, for k = 1..attempts."""
+    first_win: dict[str, int | None] = {}
+    for r in records:
+        best = first_win.get(r["trial"])
+        if r["won"] and (best is None or r["position"] < best):
+            first_win[r["trial"]] = r["position"]
+        else:
+            first_win.setdefault(r["trial"], best)
+    if not first_win:
+        raise ValueError("no solve records to score")
+    wins = list(first_win.values())
+    return {k: float(np.mean([w is not None and w < k for w in wins])) for k in range(1, attempts + 1)}
+
+
+def pass_at_k_by_family(records: list[dict[str, Any]], attempts: int) -> dict[str, dict[int, float]]:
+    by_family: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in records:
+        by_family[r["family"]].append(r)
+    return {family: pass_at_k(rs, attempts) for family, rs in sorted(by_family.items())}
+
+
+def success_rate(records: Iterable[dict[str, Any]]) -> float:
+    won = [r["won"] for r in records]
+    if not won:
+        raise ValueError("no solve records to score")
+    return float(np.mean(won))
+
+
+def format_table(header: list[str], rows: list[tuple[str, list[float | None]]]) -> str:
+    width = max(len(name) for name, _ in rows) + 2
+    lines = ["".ljust(width) + "".join(h.rjust(9) for h in header)]
+    for name, values in rows:
+        cells = "".join(("-" if v is None else f"{v:.1f}").rjust(9) for v in values)
+        lines.append(name.ljust(width) + cells)
+    return "\n".join(lines)
+
+
+def table2(env: str, ours: dict[int, float], label: str) -> str:
+    """Pass@1/2/3 in the layout of the paper's Table 2 (one environment)."""
+    rows = [(name, list(by_env[env])) for name, by_env in paper_results.TABLE2.items() if env in by_env]
+    note = "; paper rows are Qwen3-4B" if rows else "; the paper has no rows for this env"
+    rows.append((label, [100 * ours.get(k) if k in ours else None for k in (1, 2, 3)]))
+    return f"Table 2 ({env}, Pass@k %{note})\n" + format_table(["Pass@1", "Pass@2", "Pass@3"], rows)
+
+
+def table1(env: str, ours_overall: float, ours_by_family: dict[str, float], label: str) -> str:
+    """Pass@1 in the layout of the paper's Table 1 (ALFWorld families, or the env's SR column)."""
+    columns = paper_results.TABLE1_COLUMNS
+    rows = [(name, list(values)) for name, values in paper_results.TABLE1.items()]
+    mine: list[float | None] = [None] * len(columns)
+    if env == "alfworld":
+        for i, family in enumerate(paper_results.ALFWORLD_FAMILIES):
+            mine[i] = 100 * ours_by_family[family] if family in ours_by_family else None
+        mine[6] = 100 * ours_overall
+    else:
+        mine[columns.index({"webshop": "WebShop", "sciworld": "SciWorld"}.get(env, "Avg."))] = 100 * ours_overall
+    rows.append((label, mine))
+    return "Table 1 (Pass@1 %; paper rows are Qwen3-4B)\n" + format_table(list(columns), rows)
+
+
+def _make_client(args, tokenizer):
+    if args.endpoint:
+        from skl_verl.openai_client import OpenAICompletionsClient
+
+        return OpenAICompletionsClient(args.endpoint, args.served_model, tokenizer, max_new_tokens=args.max_new_tokens)
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from skl_verl.cpu_backend import HFGenerationClient
+
+    model = AutoModelForCausalLM.from_pretrained(args.model)
+    if torch.cuda.is_available():
+        model = model.to("cuda")
+    return HFGenerationClient(model, tokenizer, max_new_tokens=args.max_new_tokens, seed=args.seed)
+
+
+def run_rollouts(args, env_kwargs: dict[str, Any], sequences, tokenizer, client, workdir: Path, name: str):
+    from skl_verl.cpu_trainer import AgentRollout, compose_config
+
+    path = write_parquet(
+        sequence_rows(args.env, env_kwargs, sequences, stop_after_success=name == "pass_at_k"), workdir / f"{name}.parquet"
+    )
+    config = compose_config(
+        [
+            f"actor_rollout_ref.model.path={args.tokenizer or args.model}",
+            f"data.train_files={path}",
+            f"data.val_files={path}",
+            f"data.max_prompt_length={args.max_prompt_length}",
+            f"data.max_response_length={args.max_response_length}",
+            f"actor_rollout_ref.rollout.val_kwargs.temperature={args.temperature}",
+            "actor_rollout_ref.rollout.val_kwargs.do_sample=true",
+            *args.overrides,
+        ]
+    )
+    rollout = AgentRollout(config, client, tokenizer, path)
+    records = []
+    for step, batch in enumerate(rollout.batches(args.batch_size, shuffle=False, drop_last=False)):
+        data = rollout.rollout(batch, step=step, n=args.trials, validate=True)
+        records.extend(solve_records(data))
+    return records
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--env", required=True)
+    parser.add_argument("--env-kwargs", default="{}")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--model", help="local Hugging Face checkpoint (runs on GPU when available)")
+    source.add_argument("--endpoint", help="OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1")
+    parser.add_argument("--served-model", help="model name at the endpoint")
+    parser.add_argument("--tokenizer", help="tokenizer path (required with --endpoint)")
+    parser.add_argument("--max-tasks", type=int, default=128, help="held-out tasks (paper: 128)")
+    parser.add_argument("--attempts", type=int, default=3, help="Pass@k up to this k (paper: 3)")
+    parser.add_argument("--scaling-k", default="", help="comma-separated sequence lengths, e.g. 1,2,3,4,5")
+    parser.add_argument("--trials", type=int, default=1, help="independent trials per task or sequence")
+    parser.add_argument("--temperature", type=float, default=0.7, help="paper: 0.7")
+    parser.add_argument("--max-new-tokens", type=int, default=512, help="per model turn")
+    parser.add_argument("--max-prompt-length", type=int, default=4096)
+    parser.add_argument("--max-response-length", type=int, default=1024)
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--label", default="ours")
+    parser.add_argument("--out", help="write all numbers as JSON here")
+    parser.add_argument("overrides", nargs="*", help="hydra overrides on verl's ppo_trainer config")
+    args = parser.parse_args(argv)
+    if args.endpoint and not (args.served_model and args.tokenizer):
+        parser.error("--endpoint needs --served-model and --tokenizer")
+
+    from transformers import AutoTokenizer
+
+    env_kwargs = json.loads(args.env_kwargs)
+    env = make_env(args.env, **env_kwargs)
+    try:
+        tasks = sorted(env.tasks(), key=lambda t: t.task_id)[: args.max_tasks]
+    finally:
+        env.close()
+    tokenizer = AutoTokenizer.from_pretrained(args.tokenizer or args.model)
+    client = _make_client(args, tokenizer)
+    results: dict[str, Any] = {"env": args.env, "tasks": len(tasks), "trials": args.trials}
+    with tempfile.TemporaryDirectory() as tmp:
+        records = run_rollouts(args, env_kwargs, retry_sequences(tasks, args.attempts), tokenizer, client, Path(tmp), "pass_at_k")
+        results["pass_at_k"] = pass_at_k(records, args.attempts)
+        first_attempts = [r for r in records if r["position"] == 0]
+        results["pass_at_1_by_family"] = {f: v[1] for f, v in pass_at_k_by_family(first_attempts, 1).items()}
+        results["scaling"] = {}
+        for k in [int(x) for x in args.scaling_k.split(",") if x.strip()]:
+            sequences = build_sequences(tasks, k, seed=args.seed)
+            if not sequences:
+                print(f"scaling: no sequence of {k} tasks can be formed from {len(tasks)} tasks; skipped")
+                continue
+            scaled = run_rollouts(args, env_kwargs, sequences, tokenizer, client, Path(tmp), f"scaling_k{k}")
+            results["scaling"][k] = {"success_rate": success_rate(scaled), "tasks_played": len(scaled)}
+
+    if args.env in PAPER_ENVS:
+        print(table1(args.env, results["pass_at_k"][1], results["pass_at_1_by_family"], args.label))
+        print()
+    print(table2(args.env, results["pass_at_k"], args.label))
+    if results["scaling"]:
+        print("\nTest-time scaling (success % by sequence length K, one attempt per task)")
+        print(format_table([f"K={k}" for k in results["scaling"]], [(args.label, [100 * v["success_rate"] for v in results["scaling"].values()])]))
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(results, indent=2))
+    return results
+
+
+if __name__ == "__main__":
+    main()
