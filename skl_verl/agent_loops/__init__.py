@@ -2,5 +2,6 @@
 
 from skl_verl.agent_loops.env_loop import EnvAgentLoop, EpisodeResult
 from skl_verl.agent_loops.skillrise_loop import SkillRiseAgentLoop
+from skl_verl.agent_loops.stateful_loop import StatefulAgentLoop
 
-__all__ = ["EnvAgentLoop", "EpisodeResult", "SkillRiseAgentLoop"]
+__all__ = ["EnvAgentLoop", "EpisodeResult", "SkillRiseAgentLoop", "StatefulAgentLoop"]

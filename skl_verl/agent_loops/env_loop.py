@@ -61,7 +61,28 @@ class EpisodeResult:
     """The first observation (task description + admissible actions), without any preamble."""
     transcript: list[tuple[str, str]] = field(default_factory=list)
     """(model reply, what came back) per turn; curators and reflection prompts read it."""
+    knowledge_steps: list[dict[str, Any]] = field(default_factory=list)
+    """Stateful loops: per env step, the state key and the knowledge z the action was based on."""
     metrics: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class TokenStream:
+    """One sample's growing token stream: prompt, then assistant (mask 1) and context (mask 0) tokens."""
+
+    messages: list[dict[str, str]]
+    token_ids: list[int]
+    response_mask: list[int]
+    logprobs: list[float] | None
+
+
+@dataclass
+class TurnContext:
+    env: TextEnv
+    stream: TokenStream
+    request_id: str
+    sampling_params: dict[str, Any]
+    timing: dict[str, float]
 
 
 def parse_env_spec(extra_info: dict[str, Any]) -> tuple[str, dict[str, Any], str]:
@@ -144,7 +165,7 @@ class EnvAgentLoop(AgentLoopBase):
         timing: dict[str, float] = {}
         try:
             observation, _ = await self._env_call(timing, env.reset, task_id, seed=seed)
-            first_turn = render_turn(observation, env.admissible_actions())
+            first_turn = self.render_observation(observation, env.admissible_actions())
         except Exception as exc:  # noqa: BLE001 - reported as a failed sample, see _env_call
             first_turn = "The environment failed to start."
             failure = f"env.reset({task_id!r}) {_describe(exc)}"
@@ -160,54 +181,72 @@ class EnvAgentLoop(AgentLoopBase):
             logger.warning("episode failed: %s", failure)
             episode.response_ids, episode.response_mask = [self.tokenizer.eos_token_id], [0]
             return episode
-        token_ids = list(prompt_ids)
-        response_mask: list[int] = []
-        logprobs: list[float] | None = [] if sampling_params.get("logprobs") else None
+        stream = TokenStream(messages, list(prompt_ids), [], [] if sampling_params.get("logprobs") else None)
+        context = TurnContext(env, stream, request_id, sampling_params, timing)
         done = False
         while not done:
             if episode.turns >= self.max_turns:
                 episode.truncated = True
                 break
             episode.turns += 1
-            with simple_timer("generate_sequences", timing):
-                output = await self.server_manager.generate(
-                    request_id=request_id, prompt_ids=token_ids, sampling_params=sampling_params
-                )
-            merged, response_mask, logprobs = await self.ct_merge_assistant_token(
-                token_ids, output.token_ids, response_mask, logprobs, assistant_logprobs=output.log_probs
-            )
-            token_ids = merged.token_ids
-            text = self.tokenizer.decode(output.token_ids, skip_special_tokens=True)
-            messages.append({"role": "assistant", "content": text})
-            if len(response_mask) >= self.response_length:
+            text = await self.policy_turn(context, episode)
+            if text is None:
                 episode.truncated = True
                 break
             feedback, done = await self._act(env, text, episode, timing)
             episode.transcript.append((text, feedback))
-            if done:
-                break
-            previous = list(messages)
-            messages.append({"role": "user", "content": feedback})
-            merged, new_mask, new_logprobs = await self.ct_merge_context_msg(
-                previous, messages, token_ids, response_mask, logprobs
-            )
-            if len(new_mask) >= self.response_length:
+            if not done and not await self.add_context(stream, "user", feedback):
                 episode.truncated = True
                 break
-            token_ids, response_mask, logprobs = merged.token_ids, new_mask, new_logprobs
-        episode.response_ids = token_ids[len(token_ids) - len(response_mask) :]
-        episode.prompt_ids = token_ids[: len(token_ids) - len(response_mask)]
-        episode.response_mask = response_mask
-        episode.response_logprobs = logprobs
+        episode.response_ids = stream.token_ids[len(stream.token_ids) - len(stream.response_mask) :]
+        episode.prompt_ids = stream.token_ids[: len(stream.token_ids) - len(stream.response_mask)]
+        episode.response_mask = stream.response_mask
+        episode.response_logprobs = stream.logprobs
         episode.metrics = {"generate_s": timing.get("generate_sequences", 0.0), "env_s": timing.get("env_step", 0.0)}
         return episode
+
+    def render_observation(self, observation: str, actions: list[str]) -> str:
+        return render_turn(observation, actions)
+
+    async def policy_turn(self, context: "TurnContext", episode: EpisodeResult) -> str | None:
+        """What the policy says before one env step (the text the parser reads); None when the
+        response budget ran out. Subclasses add reasoning stages (e.g. state knowledge first)."""
+        return await self.generate(context)
+
+    async def generate(self, context: "TurnContext") -> str | None:
+        """One assistant message, trained on (response_mask 1); None when over the response budget."""
+        stream = context.stream
+        with simple_timer("generate_sequences", context.timing):
+            output = await self.server_manager.generate(
+                request_id=context.request_id, prompt_ids=stream.token_ids, sampling_params=context.sampling_params
+            )
+        merged, stream.response_mask, stream.logprobs = await self.ct_merge_assistant_token(
+            stream.token_ids, output.token_ids, stream.response_mask, stream.logprobs, assistant_logprobs=output.log_probs
+        )
+        stream.token_ids = merged.token_ids
+        text = self.tokenizer.decode(output.token_ids, skip_special_tokens=True)
+        stream.messages.append({"role": "assistant", "content": text})
+        return text if len(stream.response_mask) < self.response_length else None
+
+    async def add_context(self, stream: "TokenStream", role: str, content: str) -> bool:
+        """Append a message the policy is not trained on (response_mask 0), e.g. env feedback.
+        False (nothing appended) when it would exceed the response budget."""
+        previous = list(stream.messages)
+        messages = previous + [{"role": role, "content": content}]
+        merged, mask, logprobs = await self.ct_merge_context_msg(
+            previous, messages, stream.token_ids, stream.response_mask, stream.logprobs
+        )
+        if len(mask) >= self.response_length:
+            return False
+        stream.messages, stream.token_ids, stream.response_mask, stream.logprobs = messages, merged.token_ids, mask, logprobs
+        return True
 
     async def _act(self, env: TextEnv, text: str, episode: EpisodeResult, timing: dict) -> tuple[str, bool]:
         """Apply one model turn to the env; return (feedback observation, episode over)."""
         parsed = self.parser(text)
         if not parsed.ok:
             episode.invalid_format_turns += 1
-            return f"Invalid response: {parsed.error}.\n\n{render_turn('Try again.', env.admissible_actions())}", False
+            return f"Invalid response: {parsed.error}.\n\n{self.render_observation('Try again.', env.admissible_actions())}", False
         try:
             step = await self._env_call(timing, env.step, parsed.action)
         except Exception as exc:  # noqa: BLE001 - see _env_call
@@ -219,7 +258,7 @@ class EnvAgentLoop(AgentLoopBase):
         episode.won = episode.won or step.won
         if step.done:
             return step.observation, True
-        return render_turn(step.observation, env.admissible_actions()), False
+        return self.render_observation(step.observation, env.admissible_actions()), False
 
     async def _env_call(self, timing: dict, fn, *args, **kwargs):
         """Run an env call off the event loop with a timeout. A hung or crashed env must not take

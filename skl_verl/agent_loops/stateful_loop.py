@@ -1,0 +1,100 @@
+"""Stateful agent loop (SKL §3, App. G.2): before every action the policy writes its knowledge z_s
+of the current state, then acts conditioned on it, in two consecutive turns.
+
+    user: observation + admissible actions + "what is your understanding of this state?"
+    assistant: <knowledge>z_s</knowledge>                 (trained, response_mask 1)
+    user: "now choose the action"                         (context, mask 0)
+    assistant: <action>a</action>                          (trained, mask 1)
+
+Knowledge for a state can be pre-filled (SKL-SD's verification retry runs with refined knowledge
+ẑ): ``extra_info["prefilled_knowledge"]`` maps state keys to text. For such a state the knowledge
+turn is skipped and ẑ is given inside the action request (context, response_mask 0), so the retry
+trains the actions, not the given knowledge. (verl's continuous-token builder does not allow context
+in the assistant's voice.)
+Each sample records ``skl_knowledge_steps`` (state key, knowledge, whether it was pre-filled) for
+the replay buffer and the knowledge table.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from verl.experimental.agent_loop.agent_loop import AgentLoopOutput, register
+
+from skl_verl import sample_fields as sf
+from skl_verl.agent_loops.env_loop import EnvAgentLoop, EpisodeResult, TurnContext, _trajectory_id, parse_env_spec, render_turn, stable_seed
+from skl_verl.env_pool import ENV_POOL
+from skl_verl.parsing import TagActionParser
+
+KNOWLEDGE_QUESTION = (
+    "Before acting, write your understanding of this state inside <knowledge>...</knowledge>: "
+    "what the likely outcomes of the most promising actions are, and what matters here for reaching the goal."
+)
+ACTION_REQUEST = "Based on your understanding, reply with exactly one action inside <action>...</action>."
+STATEFUL_SYSTEM = (
+    "You are an agent acting in a text environment. At every state you first state your understanding "
+    "of the state (predictive knowledge: what each candidate action is likely to lead to), then choose "
+    "one action from the admissible actions."
+)
+
+
+@register("skl_stateful")
+class StatefulAgentLoop(EnvAgentLoop):
+    def __init__(self, *args: Any, max_knowledge_words: int = 200, **kwargs: Any):
+        kwargs.setdefault("system_prompt", STATEFUL_SYSTEM)
+        super().__init__(*args, **kwargs)
+        if max_knowledge_words <= 0:
+            raise ValueError("max_knowledge_words must be positive")
+        self.max_knowledge_words = max_knowledge_words
+        self.knowledge_parser = TagActionParser(tags=("knowledge",), max_action_chars=max_knowledge_words * 20)
+        self.prefilled: dict[str, str] = {}
+
+    async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
+        extra_info = kwargs.get("extra_info") or {}
+        env_name, env_kwargs, task_id = parse_env_spec(extra_info)
+        prefilled = extra_info.get("prefilled_knowledge") or {}
+        self.prefilled = json.loads(prefilled) if isinstance(prefilled, str) else dict(prefilled)
+        trajectory_id = _trajectory_id(kwargs)
+        with ENV_POOL.lease(env_name, env_kwargs) as env:
+            episode = await self.play_episode(
+                env, task_id, sampling_params, self.system_prompt, seed=stable_seed(trajectory_id), request_id=trajectory_id
+            )
+        fields = {
+            sf.TRAJECTORY_ID: trajectory_id,
+            sf.SEQUENCE_ID: task_id,
+            sf.POSITION: 0,
+            sf.PHASE: "retry" if self.prefilled else "act",
+            sf.TOKEN_CREDIT: None,
+            "skl_knowledge_steps": episode.knowledge_steps,
+        }
+        return self.to_output(episode, reward=self.shaped_reward(episode), fields=fields)
+
+    def render_observation(self, observation: str, actions: list[str]) -> str:
+        # The question is asked of every state; pre-filled states answer it in the action request.
+        return f"{render_turn(observation, actions)}\n\n{KNOWLEDGE_QUESTION}"
+
+    async def policy_turn(self, context: TurnContext, episode: EpisodeResult) -> str | None:
+        state_key = context.env.state_key()
+        step: dict[str, Any] = {"state_key": state_key, "prefilled": state_key in self.prefilled, "knowledge_error": ""}
+        request = ACTION_REQUEST
+        if step["prefilled"]:
+            step["knowledge"] = self.prefilled[state_key]
+            request = f"Your understanding of this state:\n<knowledge>{step['knowledge']}</knowledge>\n\n{ACTION_REQUEST}"
+        else:
+            text = await self.generate(context)
+            if text is None:
+                return None
+            parsed = self.knowledge_parser(text)
+            step["knowledge"] = parsed.action or ""
+            if not parsed.ok:
+                step["knowledge_error"] = parsed.error
+            elif len(parsed.action.split()) > self.max_knowledge_words:
+                step["knowledge_error"] = f"knowledge over the {self.max_knowledge_words}-word cap"
+            if step["knowledge_error"]:
+                # A turn without usable knowledge still acts, but counts as a format error.
+                episode.invalid_format_turns += 1
+        episode.knowledge_steps.append(step)
+        if not await self.add_context(context.stream, "user", request):
+            return None
+        return await self.generate(context)

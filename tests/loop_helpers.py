@@ -1,0 +1,49 @@
+"""Shared by agent-loop tests: a scripted policy and a one-row rollout through verl's AgentLoopWorker."""
+
+import asyncio
+
+import numpy as np
+from verl import DataProto
+from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn
+from verl.workers.rollout.replica import TokenOutput
+
+from skl_verl.cpu_trainer import compose_config, multi_output_agent_loop_worker
+from skl_verl.data import env_rows, write_parquet
+
+# Row 0: S then ice to the right; the goal is two steps down-right. No slip: outcomes are scripted.
+OPEN_MAP = ["SFF", "FHF", "FFG"]
+ENV_KWARGS = {"maps": [OPEN_MAP], "slip": [0.0, 0.0], "max_steps": 10}
+
+
+class ScriptedClient:
+    """Stand-in for the rollout server that replies with fixed texts (a scripted policy)."""
+
+    def __init__(self, tokenizer, replies):
+        self.tokenizer, self.replies, self.calls = tokenizer, list(replies), 0
+
+    async def generate(self, request_id, *, prompt_ids, sampling_params, **_):
+        text = self.replies[min(self.calls, len(self.replies) - 1)]
+        self.calls += 1
+        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"] + [self.tokenizer.eos_token_id]
+        return TokenOutput(token_ids=ids, log_probs=[-0.5] * len(ids))
+
+
+def rollout(tmp_path, model_dir, replies, env_kwargs=ENV_KWARGS, overrides=(), env_name="frozenlake", rows=None):
+    """Play the first dataset row once with a ScriptedClient; returns (DataProto, tokenizer)."""
+    rows = rows if rows is not None else env_rows(env_name, env_kwargs)
+    train = write_parquet(rows, tmp_path / "train.parquet")
+    config = compose_config(
+        [f"actor_rollout_ref.model.path={model_dir}", f"data.train_files={train}", f"data.val_files={train}",
+         "data.max_prompt_length=1024", "data.max_response_length=1024", *overrides]
+    )
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    client = ScriptedClient(tokenizer, replies)
+    worker = multi_output_agent_loop_worker()(config, llm_client=client)
+    dataset = RLHFDataset(data_files=train, tokenizer=tokenizer, config=config.data, processor=None)
+    batch = DataProto.from_single_dict(collate_fn([dataset[0]]))
+    batch.non_tensor_batch["uid"] = np.array(["u0"], dtype=object)
+    return asyncio.run(worker.generate_sequences(batch)), tokenizer
+
+
