@@ -4,6 +4,8 @@ Extension points used (see docs/verl_integration.md):
 - ``core_algos.register_adv_est``: our advantage estimators under their own names.
 - ``agent_loop.register`` (in skl_verl.agent_loops) plus an agent-loop YAML so Ray workers,
   which do not share the driver's registry, can instantiate our loops by name.
+- ``distillation.losses.register_distillation_loss``: SKL-RL's KL distillation (skl_reverse_kl,
+  skl_forward_kl), see skl_verl.algorithms.distill.
 - ``v1.register_trainer("skl_sync")``: a thin subclass of verl's synchronous trainer whose only
   change is that estimators flagged ``wants_sample_fields`` also receive the per-sample fields our
   agent loops attach (verl 0.9.1 passes only token_level_rewards, response_mask, config, index).
@@ -222,6 +224,9 @@ def register(with_trainer: bool = True) -> None:
     """
     global _REGISTERED
     import skl_verl.agent_loops  # noqa: F401  (registers the loops)
+    from skl_verl.algorithms.distill import register_with_verl as register_distillation_losses
+
+    register_distillation_losses()
 
     if with_trainer and not _REGISTERED:
         _register_trainer()

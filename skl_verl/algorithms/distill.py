@@ -457,7 +457,8 @@ def distill_loss(
     The input form is read from the shapes: (B, T, V) logits on both sides -> exact
     full-vocabulary KL (:func:`forward_kl` / :func:`reverse_kl`); (B, T) sampled-token
     log-probs -> :func:`reverse_kl_sampled` with ``estimator`` (reverse only: the forward KL
-    needs the teacher's distribution, not just its log-prob of the student's samples).
+    needs the teacher's distribution, not just its log-prob of the student's samples; and
+    ``temperature`` must stay 1.0 since the log-probs come already normalised).
 
     Returns:
         ``(coef * loss, metrics)``; ``loss`` is a scalar (``reduction="none"`` is rejected),
@@ -483,7 +484,11 @@ def distill_loss(
                 "kind='forward' needs (B, T, V) logits: the forward KL cannot be formed from the "
                 "sampled-token log-probs alone"
             )
-        _check_temperature(temperature)
+        if _check_temperature(temperature) != 1.0:
+            raise ValueError(
+                "temperature applies to logits only: sampled-token log-probs are already "
+                "normalised at whatever temperature produced them; pass temperature=1.0"
+            )
         per_token = reverse_kl_sampled(student, teacher, mask, estimator=estimator, reduction="none")
     else:
         raise ValueError(
