@@ -134,6 +134,10 @@ def test_branches_are_independent_and_reproducible_on_frozenlake() -> None:
         simulate_branches(env, always_right, n=12, horizon=1, seed=s) != first for s in range(1, 4)
     )
 
+    many = simulate_branches(env, always_right, n=600, horizon=1, seed=1)
+    moves = [b.steps[0].info["actual"] for b in many]  # slip (1/3, 1/3): right, up, down equally likely
+    assert all(150 <= moves.count(d) <= 250 for d in ("right", "up", "down")), {d: moves.count(d) for d in set(moves)}
+
     replay = simulate_branches(env, always_right, n=6, horizon=1, independent=False)
     assert len({b.final_state_key for b in replay}) == 1  # all replay the root RNG ...
     env.step("right")

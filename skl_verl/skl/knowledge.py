@@ -351,7 +351,7 @@ class ReplayBuffer:
         out = []
         for e, p in visits:
             steps = self._episodes[e].transitions
-            out.append(list(steps[p : p + horizon + 1]))
+            out.append(list(steps[p : p + horizon]))
         return out
 
     def episode(self, episode_id: str) -> list[Transition]:

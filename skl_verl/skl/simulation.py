@@ -103,25 +103,63 @@ def _check_positive_int(value: Any, what: str) -> int:
     return int(value)
 
 
+_PCG_STATE_LAYOUT = ("PCG64", "PCG64DXSM")  # state: {"state": 128-bit int, "inc": odd 128-bit int}
+_MASK128 = (1 << 128) - 1
+
+
+def _numpy_rng_state(snapshot: Any) -> dict[str, Any] | None:
+    if not isinstance(snapshot, dict):
+        return None
+    rng_state = snapshot.get("rng_state")
+    if not isinstance(rng_state, dict) or not isinstance(rng_state.get("bit_generator"), str):
+        return None
+    if getattr(np.random, rng_state["bit_generator"], None) is None:
+        return None
+    return rng_state
+
+
+def _branch_snapshots(snapshot: Any, seed: int) -> Callable[[int], Any]:
+    """``branch -> snapshot`` for independent branches (see ``branch_snapshot``); the root RNG state
+    is hashed once per simulation, not once per branch."""
+    rng_state = _numpy_rng_state(snapshot)
+    if rng_state is None:
+        return lambda branch: snapshot
+    name = rng_state["bit_generator"]
+    root_digest = hashlib.blake2b(
+        json.dumps(rng_state, sort_keys=True, default=str).encode(), digest_size=32
+    ).digest()
+
+    def make(branch: int) -> Any:
+        digest = hashlib.blake2b(
+            root_digest + int(seed).to_bytes(8, "little") + int(branch).to_bytes(8, "little"), digest_size=32
+        ).digest()
+        if name in _PCG_STATE_LAYOUT:  # a hashed 128-bit state and odd increment: cheap and uniform
+            fresh = {
+                "bit_generator": name,
+                "state": {
+                    "state": int.from_bytes(digest[:16], "little") & _MASK128,
+                    "inc": (int.from_bytes(digest[16:], "little") | 1) & _MASK128,
+                },
+                "has_uint32": 0,
+                "uinteger": 0,
+            }
+        else:  # any other numpy bit generator: seed it through a SeedSequence
+            words = [int.from_bytes(digest[i : i + 4], "little") for i in range(0, 32, 4)]
+            fresh = getattr(np.random, name)(np.random.SeedSequence(words)).state
+        return {**snapshot, "rng_state": fresh}
+
+    return make
+
+
 def branch_snapshot(snapshot: Any, seed: int, branch: int) -> Any:
     """The snapshot branch ``branch`` starts from when branches get independent env RNGs.
 
     A dict snapshot whose ``rng_state`` is a numpy bit-generator state gets a fresh state of the
-    same bit generator, seeded from ``(seed, branch, hash of the root rng_state)``; anything else
+    same bit generator derived from ``(seed, branch, hash of the root rng_state)`` (for PCG64 a
+    hashed 128-bit state and odd increment, otherwise through a ``SeedSequence``); anything else
     is returned unchanged (the env keeps no RNG in its snapshot). The input is not modified.
     """
-    if not isinstance(snapshot, dict):
-        return snapshot
-    rng_state = snapshot.get("rng_state")
-    if not isinstance(rng_state, dict) or not isinstance(rng_state.get("bit_generator"), str):
-        return snapshot
-    bitgen_cls = getattr(np.random, rng_state["bit_generator"], None)
-    if bitgen_cls is None:
-        return snapshot
-    digest = hashlib.blake2b(json.dumps(rng_state, sort_keys=True, default=str).encode(), digest_size=16).digest()
-    words = [int.from_bytes(digest[i : i + 4], "little") for i in range(0, 16, 4)]
-    fresh = bitgen_cls(np.random.SeedSequence([int(seed), int(branch), *words])).state
-    return {**snapshot, "rng_state": fresh}
+    return _branch_snapshots(snapshot, seed)(branch)
 
 
 def _root_done(env: TextEnv, snapshot: Any) -> bool:
@@ -160,10 +198,11 @@ def simulate_branches(
     root_key = env.state_key()
     if _root_done(env, root):
         return [Branch(b, root_key, horizon, ()) for b in range(n)]
+    start = _branch_snapshots(root, int(seed)) if independent else (lambda b: root)
     branches: list[Branch] = []
     try:
         for b in range(n):
-            env.set_state(branch_snapshot(root, seed, b) if independent else root)
+            env.set_state(start(b))
             steps: list[SimStep] = []
             key = root_key
             for h in range(horizon):
