@@ -38,6 +38,10 @@ def test_knowledge_then_action_every_step(tmp_path, tiny_model_dir):
     assert [s["state_key"] for s in steps][0] == env.state_key()
     assert [s["knowledge"] for s in steps] == [f"state {i}: the goal is down-right" for i in range(4)]
     assert len({s["state_key"] for s in steps}) == 4 and not any(s["prefilled"] for s in steps)
+    # Each step is a full transition for the replay buffer.
+    assert [s["action"] for s in steps] == WIN
+    assert [s["next_state_key"] for s in steps[:-1]] == [s["state_key"] for s in steps[1:]]
+    assert [s["reward"] for s in steps] == [0.0, 0.0, 0.0, 1.0] and steps[-1]["done"]
     mask = out.batch["response_mask"][0].bool()
     trained = tok.decode(out.batch["responses"][0][mask], skip_special_tokens=True)
     assert trained == "".join(interleave(knowledge, WIN))
@@ -61,7 +65,8 @@ def test_prefilled_knowledge_is_context_not_trained(tmp_path, tiny_model_dir):
     knowledge = [None] + [f"<knowledge>k{i}</knowledge>" for i in range(1, 4)]
     out, tok = rollout(tmp_path, tiny_model_dir, interleave(knowledge, WIN), rows=stateful_rows({start_key: refined}), overrides=LONG)
     steps = out.non_tensor_batch["skl_knowledge_steps"][0]
-    assert steps[0] == {"state_key": start_key, "prefilled": True, "knowledge_error": "", "knowledge": refined}
+    assert {k: steps[0][k] for k in ("state_key", "prefilled", "knowledge_error", "knowledge")} == {
+        "state_key": start_key, "prefilled": True, "knowledge_error": "", "knowledge": refined}
     assert not any(s["prefilled"] for s in steps[1:])
     response, mask = out.batch["responses"][0], out.batch["response_mask"][0]
     assert refined not in tok.decode(response[mask.bool()], skip_special_tokens=True)

@@ -62,6 +62,8 @@ class EpisodeResult:
     transcript: list[tuple[str, str]] = field(default_factory=list)
     """(model reply, what came back) per turn; curators and reflection prompts read it."""
     knowledge_steps: list[dict[str, Any]] = field(default_factory=list)
+    last_step: Any = None
+    """The env's StepResult for the latest valid-format turn (None after a format error)."""
     """Stateful loops: per env step, the state key and the knowledge z the action was based on."""
     metrics: dict[str, float] = field(default_factory=dict)
 
@@ -195,6 +197,7 @@ class EnvAgentLoop(AgentLoopBase):
                 break
             feedback, done = await self._act(env, text, episode, timing)
             episode.transcript.append((text, feedback))
+            self.after_step(context, episode, text, done)
             if not done and not await self.add_context(stream, "user", feedback):
                 episode.truncated = True
                 break
@@ -212,6 +215,9 @@ class EnvAgentLoop(AgentLoopBase):
         """What the policy says before one env step (the text the parser reads); None when the
         response budget ran out. Subclasses add reasoning stages (e.g. state knowledge first)."""
         return await self.generate(context)
+
+    def after_step(self, context: "TurnContext", episode: EpisodeResult, reply: str, done: bool) -> None:
+        """Called after every env step attempt (subclasses record transitions here)."""
 
     async def generate(self, context: "TurnContext") -> str | None:
         """One assistant message, trained on (response_mask 1); None when over the response budget."""
@@ -244,6 +250,7 @@ class EnvAgentLoop(AgentLoopBase):
     async def _act(self, env: TextEnv, text: str, episode: EpisodeResult, timing: dict) -> tuple[str, bool]:
         """Apply one model turn to the env; return (feedback observation, episode over)."""
         parsed = self.parser(text)
+        episode.last_step = None
         if not parsed.ok:
             episode.invalid_format_turns += 1
             return f"Invalid response: {parsed.error}.\n\n{self.render_observation('Try again.', env.admissible_actions())}", False
@@ -253,6 +260,7 @@ class EnvAgentLoop(AgentLoopBase):
             episode.failed = f"env.step({parsed.action!r}) {_describe(exc)}"
             logger.warning("episode failed: %s", episode.failed)
             return "", True
+        episode.last_step = step
         episode.env_return += step.reward
         episode.invalid_action_turns += int(step.invalid_action)
         episode.won = episode.won or step.won
