@@ -22,6 +22,7 @@ from envs.base import (
 
 # name -> "module:Class"; imported lazily so an env's optional dependency is only needed when it is used.
 ENV_CLASSES: dict[str, str] = {
+    "alfworld": "envs.alfworld_env:AlfWorldEnv",
     "frozenlake": "envs.frozenlake:FrozenLakeEnv",
     "chess_puzzles": "envs.chess_puzzles:ChessPuzzlesEnv",
     "sciworld": "envs.sciworld_env:SciWorldEnv",

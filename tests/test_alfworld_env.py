@@ -182,8 +182,8 @@ def test_hand_written_solutions_win(env):
 
 
 @pytest.mark.parametrize("split", ["train", "valid_seen", "valid_unseen"])
-def test_every_expert_walkthrough_wins(data_dir, split):
-    env = AlfWorldEnv(data_dir=data_dir, split=split)
+def test_every_expert_walkthrough_wins(env, data_dir, split):
+    env = env if split == "train" else AlfWorldEnv(data_dir=data_dir, split=split)
     for spec in env.tasks():
         env.reset(spec.task_id)
         walkthrough = env.walkthrough(spec.task_id)
@@ -279,6 +279,23 @@ def test_engine_errors_are_typed(data_dir, tmp_path):
         env.step("look")
 
 
+def test_instances_in_threads(data_dir):
+    """The agent loop steps envs from a thread pool; TextWorld's parsers are module-global."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def play(task_id):
+        env = AlfWorldEnv(data_dir=data_dir)
+        env.reset(task_id)
+        for action in env.walkthrough(task_id):
+            result = env.step(action)
+        return result.won
+
+    argv = list(sys.argv)
+    with ThreadPoolExecutor(3) as pool:
+        assert list(pool.map(play, [PICK, LOOK, PICK])) == [True, True, True]
+    assert sys.argv == argv
+
+
 def test_close_then_reuse(data_dir):
     env = AlfWorldEnv(data_dir=data_dir)
     env.reset(PICK)
@@ -301,7 +318,8 @@ def test_generated_games_follow_the_alfworld_layout(data_dir, generator):
         assert set(game) == {"pddl_domain", "grammar", "pddl_problem", "solvable", "walkthrough"}
         assert game["solvable"] is True and game["walkthrough"]
         assert "UNKNOWN GOAL" not in game["grammar"]
-        assert traj["task_type"] == spec.task_type and traj["plan"]["high_pddl"][-1]["discrete_action"]["action"] == "NoOp"
+        assert traj["task_type"] == spec.task_type
+        assert traj["plan"]["high_pddl"][-1]["discrete_action"]["action"] == "NoOp"
         # the problem is a pure function of the spec: regenerating it gives the same text
         assert (folder / "initial_state.pddl").read_text() == game["pddl_problem"]
         assert generator.problem_pddl(spec, f"plan_{spec.trial_dir}") == game["pddl_problem"]
