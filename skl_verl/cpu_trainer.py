@@ -225,7 +225,7 @@ class CPUTrainer:
         from verl.utils.metric import reduce_metrics
         from verl.workers.utils.padding import no_padding_2_padding
 
-        from skl_verl.verl_glue import compute_advantage, episode_metrics, set_token_level_scores
+        from skl_verl.verl_glue import compute_advantage, episode_metrics, loss_term_metrics, set_token_level_scores
 
         timing: dict[str, float] = {}
         set_token_level_scores(data)
@@ -246,6 +246,8 @@ class CPUTrainer:
         out = self.actor.compute_log_prob(td)
         padded.batch["old_log_probs"] = no_padding_2_padding(tu.get(out, "log_probs"), td).float()
         timing["timing_s/old_log_prob"] = time.perf_counter() - start
+        data.batch["old_log_probs"] = padded.batch["old_log_probs"][: len(data)]
+        terms = loss_term_metrics(data)
 
         start = time.perf_counter()
         td = self._actor_input(padded, old_log_probs=padded.batch["old_log_probs"], advantages=padded.batch["advantages"])
@@ -268,6 +270,7 @@ class CPUTrainer:
         metrics = compute_data_metrics(data, use_critic=False)
         metrics.update(episode_metrics(data.non_tensor_batch))
         metrics.update({k if k.startswith("actor/") else f"actor/{k}": v for k, v in reduce_metrics(actor_metrics).items()})
+        metrics.update(terms)
         metrics.update(timing)
         metrics["training/num_samples"] = len(data)
         metrics["training/num_padding_samples"] = len(padded) - len(data)

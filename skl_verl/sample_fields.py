@@ -19,6 +19,8 @@ TOKEN_CREDIT = "skl_token_credit"
 SCORE = "skl_score"
 """The sample's own scalar score (env return minus penalties). verl's v1 worker overwrites every
 output's reward with the last output's when a loop returns several, so estimators read this."""
+KEEP = "skl_keep"
+"""SKL-SD: whether the sample is in the trained set (D_base, D_distill, D_reflect) of Eq. 1."""
 EPISODE_REWARD = "skl_episode_reward"
 """The env's return for the episode before format penalties."""
 

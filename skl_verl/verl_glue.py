@@ -130,6 +130,69 @@ def grouped_grpo_estimator(
     return _to_tokens(advantages, scores, response_mask)
 
 
+SKL_SD_PHASES = ("base", "distill", "reflect")
+
+
+def skl_sd_weights(phase: np.ndarray, keep: np.ndarray, lambda_distill: float, lambda_reflect: float) -> torch.Tensor:
+    """SKL Eq. 1 as per-sample weights: L = PG(D_base) + λ1 PG(D_distill) + λ2 SFT(D_reflect).
+
+    Every dataset is filtered to successes (self-imitation: negatives are discarded), so each
+    kept sample's tokens get weight 1 (base), λ1 (distill) or λ2 (reflect) and the rest 0. Fed as
+    advantages to verl's clipped loss, a weight w gives the gradient w·∇log π at ratio 1, which is
+    PG with reward 1 for the first two terms and λ2-weighted SFT for D_reflect (clipping only
+    bounds later mini-batches of the same update).
+    """
+    phase = np.asarray(phase).astype(str)
+    unknown = sorted(set(phase) - set(SKL_SD_PHASES))
+    if unknown:
+        raise ValueError(f"skl_sd estimator got phases {unknown}; expected {SKL_SD_PHASES}")
+    weight_of = {"base": 1.0, "distill": float(lambda_distill), "reflect": float(lambda_reflect)}
+    weights = np.array([weight_of[p] for p in phase]) * np.asarray(keep, dtype=bool)
+    return torch.as_tensor(weights, dtype=torch.float64)
+
+
+@core_algos.register_adv_est("skl_sd")
+@wants_sample_fields
+def skl_sd_estimator(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    config: Any = None,
+    index: np.ndarray | None = None,
+    sample_fields: dict[str, np.ndarray] | None = None,
+    **_: Any,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """SKL-SD Eq. 1. Options under ``algorithm.skl_sd``: lambda_distill (λ1), lambda_reflect (λ2)."""
+    _require_fields("skl_sd", sample_fields, (sf.PHASE, sf.KEEP))
+    options = {"lambda_distill": 1.0, "lambda_reflect": 1.0}
+    unknown = set(algorithm_section(config, "skl_sd")) - set(options)
+    if unknown:
+        raise ValueError(f"unknown algorithm.skl_sd options {sorted(unknown)}; known: {sorted(options)}")
+    options.update(algorithm_section(config, "skl_sd"))
+    weights = skl_sd_weights(sample_fields[sf.PHASE], sample_fields[sf.KEEP], **options)
+    return _to_tokens(weights, _outcome_scores(token_level_rewards), response_mask)
+
+
+def loss_term_metrics(data: DataProto) -> dict[str, float]:
+    """Each weighted term of a phase-structured loss (SKL-SD Eq. 1) at the start of the update,
+    from the old log-probs: ``loss/<phase>`` = -Σ w·log π / Σ kept tokens, plus sample counts."""
+    phases = data.non_tensor_batch.get(sf.PHASE)
+    if phases is None or "old_log_probs" not in data.batch.keys():
+        return {}
+    mask = data.batch["response_mask"].to(torch.float64)
+    advantages = data.batch["advantages"].to(torch.float64)
+    nll = -data.batch["old_log_probs"].to(torch.float64)
+    metrics = {}
+    phases = np.asarray(phases).astype(str)
+    for phase in sorted(set(phases)):
+        rows = torch.as_tensor(phases == phase)
+        kept = rows[:, None] & (advantages != 0) & (mask > 0)
+        metrics[f"loss_terms/{phase}_samples"] = float(rows.sum())
+        metrics[f"loss_terms/{phase}_trained_samples"] = float(kept.any(dim=1).sum())
+        tokens = kept.sum()
+        metrics[f"loss_terms/{phase}_loss"] = float((advantages * nll)[kept].sum() / tokens) if tokens else 0.0
+    return metrics
+
+
 def compute_advantage(data: DataProto, algorithm_config: Any) -> DataProto:
     """Fill ``advantages``/``returns`` in ``data`` with the configured estimator.
 
