@@ -100,16 +100,28 @@ class StatefulAgentLoop(EnvAgentLoop):
             text = await self.generate(context)
             if text is None:
                 return None
-            parsed = self.knowledge_parser(text)
-            step["knowledge"] = parsed.action or ""
-            if not parsed.ok:
-                step["knowledge_error"] = parsed.error
-            elif len(parsed.action.split()) > self.max_knowledge_words:
-                step["knowledge_error"] = f"knowledge over the {self.max_knowledge_words}-word cap"
-            if step["knowledge_error"]:
-                # A turn without usable knowledge still acts, but counts as a format error.
-                episode.invalid_format_turns += 1
+            step["knowledge"] = self.read_knowledge(text, step, episode)
         episode.knowledge_steps.append(step)
+        if not await self.before_action(context, episode, step):
+            return None
         if not await self.add_context(context.stream, "user", request):
             return None
         return await self.generate(context)
+
+    def read_knowledge(self, text: str, step: dict[str, Any], episode: EpisodeResult, key: str = "knowledge_error") -> str:
+        """The <knowledge> body of a reply. A missing tag or an over-long body is recorded in
+        ``step[key]`` and counts as a format error (the turn still acts)."""
+        parsed = self.knowledge_parser(text)
+        if not parsed.ok:
+            step[key] = parsed.error
+        elif len(parsed.action.split()) > self.max_knowledge_words:
+            step[key] = f"knowledge over the {self.max_knowledge_words}-word cap"
+        if step.get(key):
+            episode.invalid_format_turns += 1
+            return ""
+        return parsed.action
+
+    async def before_action(self, context: TurnContext, episode: EpisodeResult, step: dict[str, Any]) -> bool:
+        """Between the knowledge turn and the action request (SKL-RL simulates here). False when
+        the response budget ran out."""
+        return True

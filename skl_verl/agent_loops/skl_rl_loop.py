@@ -1,0 +1,106 @@
+"""SKL-RL rollout (Alg. 2, App. D, G.2): at every real step the policy writes z_{s_t}, the
+simulator is snapshot and N branches of horizon H are played by a behaviour policy, the policy
+reads the aggregated branches and writes refined knowledge ẑ_{s_t}, then acts; the simulator is
+restored before the real action, so simulations never change the real trajectory.
+
+    user: s_t + admissible actions + knowledge question   | assistant: <knowledge>z</knowledge>
+    user: the N simulated continuations + "update it"    | assistant: <knowledge>ẑ</knowledge>
+    user: action request                                  | assistant: <action>a_t</action>
+
+The whole interleaved trace is one sample trained with GRPO on the episode outcome (Eq. 4's
+first term). The (z, ẑ) pairs of every step are attached as ``skl_distill_pairs`` for the
+distillation term (Eqs. 5–6, ``skl_verl.algorithms.distill``).
+
+Behaviour policies (``simulation_policy``): ``random`` (uniform admissible actions, any env with
+snapshots) and ``expert_mix`` (chess: Stockfish's move with probability ``expert_rate`` — the
+paper's 1/2, 1/3, 1/6 — else a random other legal move; needs the ``stockfish`` binary).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from verl.experimental.agent_loop.agent_loop import register
+
+from skl_verl.agent_loops.env_loop import EpisodeResult, TurnContext, stable_seed
+from skl_verl.agent_loops.stateful_loop import StatefulAgentLoop
+from skl_verl.skl.simulation import BoardPolicy, RandomPolicy, render_branches, simulate_branches
+
+REFINE_REQUEST = (
+    "Simulated continuations from this exact state ({n} branches, up to {h} steps each):\n{branches}\n\n"
+    "Update your understanding of the state in light of these outcomes, inside <knowledge>...</knowledge>."
+)
+
+_ENGINES: dict[str, Any] = {}
+
+
+def behaviour_policy(name: str, seed: int, expert_rate: float, engine_path: str | None = None):
+    """A simulation policy by name; the chess engine process is shared within a worker process."""
+    if name == "random":
+        return RandomPolicy(seed)
+    if name == "expert_mix":
+        from envs.chess_puzzles import MixedBehaviourPolicy, StockfishPolicy
+
+        key = engine_path or "default"
+        if key not in _ENGINES:
+            _ENGINES[key] = StockfishPolicy(path=engine_path)
+        return BoardPolicy(MixedBehaviourPolicy(expert_rate, seed=seed, engine=_ENGINES[key]))
+    raise ValueError(f"simulation_policy must be 'random' or 'expert_mix', got {name!r}")
+
+
+@register("skl_rl")
+class SklRlAgentLoop(StatefulAgentLoop):
+    def __init__(
+        self,
+        *args: Any,
+        simulations: int = 3,
+        horizon: int = 2,
+        simulation_policy: str = "random",
+        expert_rate: float = 0.5,
+        engine_path: str | None = None,
+        **kwargs: Any,
+    ):
+        super().__init__(*args, **kwargs)
+        if simulations < 1 or horizon < 1:
+            raise ValueError("simulations (N) and horizon (H) must be >= 1")
+        if not 0 <= expert_rate <= 1:
+            raise ValueError("expert_rate must be in [0, 1]")
+        self.simulations, self.horizon = simulations, horizon
+        self.simulation_policy, self.expert_rate, self.engine_path = simulation_policy, expert_rate, engine_path
+        behaviour_policy(simulation_policy, 0, expert_rate, engine_path)  # fail at start on a bad config
+
+    async def run(self, sampling_params: dict[str, Any], **kwargs: Any):
+        output = await super().run(sampling_params, **kwargs)
+        steps = output.extra_fields["skl_knowledge_steps"]
+        output.extra_fields["skl_distill_pairs"] = [
+            {"state_key": s["state_key"], "z": s["knowledge"], "z_hat": s.get("refined_knowledge", "")} for s in steps
+        ]
+        output.extra_fields["skl_simulated_steps"] = sum(s.get("simulated_steps", 0) for s in steps)
+        return output
+
+    async def before_action(self, context: TurnContext, episode: EpisodeResult, step: dict[str, Any]) -> bool:
+        env = context.env
+        seed = stable_seed(f"{context.request_id}:{len(episode.knowledge_steps)}")
+        policy = behaviour_policy(self.simulation_policy, seed, self.expert_rate, self.engine_path)
+        try:
+            branches = await self._env_call(
+                context.timing, simulate_branches, env, policy, self.simulations, self.horizon, seed
+            )
+        except TimeoutError:
+            # The simulation thread may still be moving the env: its state can no longer be trusted.
+            episode.failed = f"simulation of {self.simulations}x{self.horizon} steps timed out"
+            return False
+        except Exception as exc:  # noqa: BLE001 - simulate_branches restored the env; the real step goes on
+            step["simulation_error"] = f"{type(exc).__name__}: {exc}"
+            branches = []
+        step["simulated_steps"] = sum(len(b.steps) for b in branches)
+        step["simulated_wins"] = sum(int(b.won) for b in branches)
+        text = render_branches(branches) if branches else "(simulation unavailable)"
+        request = REFINE_REQUEST.format(n=len(branches), h=self.horizon, branches=text)
+        if not await self.add_context(context.stream, "user", request):
+            return False
+        reply = await self.generate(context)
+        if reply is None:
+            return False
+        step["refined_knowledge"] = self.read_knowledge(reply, step, episode, key="refined_knowledge_error")
+        return True

@@ -1,0 +1,68 @@
+"""SKL-RL loop: knowledge, simulations from a snapshot, refined knowledge, action; real play unchanged."""
+
+import pytest
+from verl.workers.rollout.replica import TokenOutput
+
+import loop_helpers
+from skl_verl.data import env_rows
+
+SLIPPERY = {"size": 4, "num_tasks": 2, "seed": 5, "slip": [1 / 3, 1 / 3], "max_steps": 8}
+PLAN = ["down", "right", "down", "right", "down", "right", "down", "right"]
+
+
+class ThreeStagePolicy:
+    """Scripted stand-in: knowledge, refined knowledge, then the next move of a fixed plan."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer, self.moves, self.refine_prompts = tokenizer, 0, []
+
+    async def generate(self, request_id, *, prompt_ids, sampling_params, **_):
+        last_user = self.tokenizer.decode(prompt_ids).rsplit("<|im_start|>user", 1)[-1]
+        if "Simulated continuations" in last_user:
+            self.refine_prompts.append(last_user)
+            text = "<knowledge>refined: the ice slips sideways</knowledge>"
+        elif "Based on your understanding" in last_user:
+            text = f"<action>{PLAN[self.moves % len(PLAN)]}</action>"
+            self.moves += 1
+        else:
+            text = "<knowledge>first impression</knowledge>"
+        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"] + [self.tokenizer.eos_token_id]
+        return TokenOutput(token_ids=ids, log_probs=[-1.0] * len(ids))
+
+
+def play(tmp_path, model_dir, agent_name, monkeypatch):
+    policies = []
+
+    def make_client(tokenizer, replies):
+        policies.append(ThreeStagePolicy(tokenizer))
+        return policies[-1]
+
+    monkeypatch.setattr(loop_helpers, "ScriptedClient", make_client)
+    rows = env_rows("frozenlake", SLIPPERY, agent_name=agent_name)
+    out, _ = loop_helpers.rollout(tmp_path, model_dir, None, rows=rows, overrides=["data.max_response_length=16384"])
+    return out, policies[0]
+
+
+def test_simulations_do_not_change_the_real_trajectory(tmp_path, tiny_model_dir, monkeypatch):
+    plain, _ = play(tmp_path / "plain", tiny_model_dir, "skl_stateful", monkeypatch)
+    simulated, policy = play(tmp_path / "sim", tiny_model_dir, "skl_rl", monkeypatch)
+    plain_steps = plain.non_tensor_batch["skl_knowledge_steps"][0]
+    sim_steps = simulated.non_tensor_batch["skl_knowledge_steps"][0]
+    real = lambda steps: [(s["state_key"], s["action"], s["reward"], s["next_state_key"], s["done"]) for s in steps]
+    assert real(sim_steps) == real(plain_steps)
+    assert len(sim_steps) >= 2, "the plan should survive a few slippery steps"
+    assert plain.batch["rm_scores"].sum().item() == simulated.batch["rm_scores"].sum().item()
+    # Every real step ran N=3 branches of up to H=2 steps and refined its knowledge.
+    assert all(0 < s["simulated_steps"] <= 6 for s in sim_steps)
+    assert all(s["refined_knowledge"] == "refined: the ice slips sideways" for s in sim_steps)
+    assert len(policy.refine_prompts) == len(sim_steps)
+    assert "Branch" in policy.refine_prompts[0] or "branch" in policy.refine_prompts[0]
+    pairs = simulated.non_tensor_batch["skl_distill_pairs"][0]
+    assert [(p["z"], p["z_hat"]) for p in pairs] == [("first impression", "refined: the ice slips sideways")] * len(sim_steps)
+
+
+def test_bad_simulation_config_fails_at_start():
+    from skl_verl.agent_loops.skl_rl_loop import behaviour_policy
+
+    with pytest.raises(ValueError, match="simulation_policy"):
+        behaviour_policy("oracle", 0, 0.5)
