@@ -62,8 +62,12 @@ def prepare_config(config: DictConfig) -> DictConfig:
             f"actor_rollout_ref.rollout.agent.default_agent_loop={default_loop!r} is not in "
             f"{rollout.agent.agent_loop_config_path} (known: {sorted(loops)})"
         )
-    if estimator == "skillrise" and not str(default_loop).startswith("skillrise"):
-        raise ConfigError("algorithm.adv_estimator=skillrise needs a skillrise agent loop (skillrise, skillrise_no_curation)")
+    required_loop = {"skillrise": "skillrise", "skl_sd": "skl_sd"}.get(estimator)
+    if required_loop and not str(default_loop).startswith(required_loop):
+        raise ConfigError(
+            f"algorithm.adv_estimator={estimator} needs a {required_loop} agent loop "
+            f"(actor_rollout_ref.rollout.agent.default_agent_loop), got {default_loop!r}"
+        )
     gamma = config.algorithm.get("skillrise", {}).get("gamma", 0.6)
     if not 0 <= float(gamma) <= 1:
         raise ConfigError(f"algorithm.skillrise.gamma={gamma} must lie in [0, 1]")

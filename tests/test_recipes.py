@@ -15,9 +15,9 @@ ROOT = Path(__file__).resolve().parents[1]
 SKILLRISE = ROOT / "recipes" / "skillrise"
 
 
-def load(config_name, overrides=()):
+def load(config_name, overrides=(), recipe=SKILLRISE):
     GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(SKILLRISE / "config"), version_base=None):
+    with initialize_config_dir(config_dir=str(recipe / "config"), version_base=None):
         return prepare_config(compose(config_name=config_name, overrides=list(overrides)))
 
 
@@ -77,3 +77,48 @@ def test_run_script_dry_run_prints_the_composed_config_without_gpus(tmp_path):
     assert "dry run: config composed and checked" in result.stdout
     assert "adv_estimator: skillrise" in result.stdout and "total_training_steps: 7" in result.stdout
     assert not list(tmp_path.iterdir()), "a dry run must not build datasets"
+
+
+SKL_SD = ROOT / "recipes" / "skl_sd"
+SKL_RL = ROOT / "recipes" / "skl_rl"
+
+
+def agent_loop_entry(name):
+    from omegaconf import OmegaConf
+
+    from skl_verl.verl_glue import AGENT_LOOP_CONFIG
+
+    return {entry.name: entry for entry in OmegaConf.load(AGENT_LOOP_CONFIG)}[name]
+
+
+@pytest.mark.parametrize("name", ["skl_sd_webshop", "skl_sd_sciworld"])
+def test_skl_sd_configs(name):
+    config = load(name, recipe=SKL_SD)
+    assert config.algorithm.adv_estimator == "skl_sd" and config.trainer.v1.trainer_mode == "skl_sync"
+    assert config.actor_rollout_ref.model.path == "Qwen/Qwen2.5-7B-Instruct"
+    loop = agent_loop_entry(config.actor_rollout_ref.rollout.agent.default_agent_loop)
+    assert (loop.rollouts_per_state, loop.horizon, loop.bootstrap_fraction) == (3, 3, 0.2)
+    baseline = load(name.replace("skl_sd", "grpo"), recipe=SKL_SD)
+    assert baseline.algorithm.adv_estimator == "grpo" and baseline.actor_rollout_ref.rollout.agent.default_agent_loop == "skl_env"
+    with pytest.raises(ConfigError, match="needs a skl_sd agent loop"):
+        load(name, ["actor_rollout_ref.rollout.agent.default_agent_loop=skl_stateful"], recipe=SKL_SD)
+
+
+@pytest.mark.parametrize("variant,rate", [("1_2", 1 / 2), ("1_3", 1 / 3), ("1_6", 1 / 6)])
+def test_skl_rl_chess_behaviour_policies(variant, rate):
+    config = load("skl_rl_chess", [f"actor_rollout_ref.rollout.agent.default_agent_loop=skl_rl_chess_expert_{variant}"], recipe=SKL_RL)
+    loop = agent_loop_entry(config.actor_rollout_ref.rollout.agent.default_agent_loop)
+    assert (loop.simulations, loop.horizon, loop.simulation_policy) == (3, 2, "expert_mix")
+    assert loop.expert_rate == pytest.approx(rate)
+    assert config.algorithm.adv_estimator == "grpo" and config.actor_rollout_ref.model.path == "Qwen/Qwen2.5-7B-Instruct"
+    assert load("grpo_chess", recipe=SKL_RL).actor_rollout_ref.rollout.agent.default_agent_loop == "skl_stateful"
+
+
+def test_skl_rl_run_script_dry_run(tmp_path):
+    env = dict(os.environ, PYTHON=sys.executable, DATA_DIR=str(tmp_path), EXPERT="1_3")
+    result = subprocess.run(
+        ["bash", str(SKL_RL / "run_chess.sh"), "--dry-run"], capture_output=True, text=True, env=env, cwd=ROOT, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "default_agent_loop: skl_rl_chess_expert_1_3" in result.stdout
+    assert "dry run: config composed and checked" in result.stdout and not list(tmp_path.iterdir())
