@@ -132,7 +132,9 @@ class EnvAgentLoop(AgentLoopBase):
         self.response_length = self.rollout_config.response_length
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
-        env_name, env_kwargs, task_id = parse_env_spec(kwargs.get("extra_info"))
+        extra_info = kwargs.get("extra_info")
+        env_name, env_kwargs, task_id = parse_env_spec(extra_info)
+        self.prepare_episode(extra_info)
         trajectory_id = _trajectory_id(kwargs)
         with ENV_POOL.lease(env_name, env_kwargs) as env:
             episode = await self.play_episode(
@@ -142,10 +144,21 @@ class EnvAgentLoop(AgentLoopBase):
             sf.TRAJECTORY_ID: trajectory_id,
             sf.SEQUENCE_ID: task_id,
             sf.POSITION: 0,
-            sf.PHASE: "act",
+            sf.PHASE: self.phase,
             sf.TOKEN_CREDIT: None,
+            **self.episode_fields(episode),
         }
         return self.to_output(episode, reward=self.shaped_reward(episode), fields=fields)
+
+    phase = "act"
+    """The ``skl_phase`` of a plain episode sample."""
+
+    def prepare_episode(self, extra_info: dict[str, Any]) -> None:
+        """Read per-row options from ``extra_info`` before the episode (none for plain play)."""
+
+    def episode_fields(self, episode: EpisodeResult) -> dict[str, Any]:
+        """Extra per-sample fields a subclass attaches to its episode samples."""
+        return {}
 
     def shaped_reward(self, episode: EpisodeResult) -> float:
         if episode.failed:

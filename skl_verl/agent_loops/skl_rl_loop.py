@@ -69,14 +69,15 @@ class SklRlAgentLoop(StatefulAgentLoop):
         self.simulation_policy, self.expert_rate, self.engine_path = simulation_policy, expert_rate, engine_path
         behaviour_policy(simulation_policy, 0, expert_rate, engine_path)  # fail at start on a bad config
 
-    async def run(self, sampling_params: dict[str, Any], **kwargs: Any):
-        output = await super().run(sampling_params, **kwargs)
-        steps = output.extra_fields["skl_knowledge_steps"]
-        output.extra_fields["skl_distill_pairs"] = [
-            {"state_key": s["state_key"], "z": s["knowledge"], "z_hat": s.get("refined_knowledge", "")} for s in steps
-        ]
-        output.extra_fields["skl_simulated_steps"] = sum(s.get("simulated_steps", 0) for s in steps)
-        return output
+    def episode_fields(self, episode: EpisodeResult) -> dict[str, Any]:
+        steps = episode.knowledge_steps
+        return {
+            **super().episode_fields(episode),
+            "skl_distill_pairs": [
+                {"state_key": s["state_key"], "z": s["knowledge"], "z_hat": s.get("refined_knowledge", "")} for s in steps
+            ],
+            "skl_simulated_steps": sum(s.get("simulated_steps", 0) for s in steps),
+        }
 
     async def before_action(self, context: TurnContext, episode: EpisodeResult, step: dict[str, Any]) -> bool:
         env = context.env

@@ -20,11 +20,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from verl.experimental.agent_loop.agent_loop import AgentLoopOutput, register
+from verl.experimental.agent_loop.agent_loop import register
 
-from skl_verl import sample_fields as sf
-from skl_verl.agent_loops.env_loop import EnvAgentLoop, EpisodeResult, TurnContext, _trajectory_id, parse_env_spec, render_turn, stable_seed
-from skl_verl.env_pool import ENV_POOL
+from skl_verl.agent_loops.env_loop import EnvAgentLoop, EpisodeResult, TurnContext, render_turn
 from skl_verl.parsing import TagActionParser
 
 KNOWLEDGE_QUESTION = (
@@ -50,25 +48,16 @@ class StatefulAgentLoop(EnvAgentLoop):
         self.knowledge_parser = TagActionParser(tags=("knowledge",), max_action_chars=max_knowledge_words * 20)
         self.prefilled: dict[str, str] = {}
 
-    async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
-        extra_info = kwargs.get("extra_info") or {}
-        env_name, env_kwargs, task_id = parse_env_spec(extra_info)
-        prefilled = extra_info.get("prefilled_knowledge") or {}
+    def prepare_episode(self, extra_info: dict[str, Any]) -> None:
+        prefilled = (extra_info or {}).get("prefilled_knowledge") or {}
         self.prefilled = json.loads(prefilled) if isinstance(prefilled, str) else dict(prefilled)
-        trajectory_id = _trajectory_id(kwargs)
-        with ENV_POOL.lease(env_name, env_kwargs) as env:
-            episode = await self.play_episode(
-                env, task_id, sampling_params, self.system_prompt, seed=stable_seed(trajectory_id), request_id=trajectory_id
-            )
-        fields = {
-            sf.TRAJECTORY_ID: trajectory_id,
-            sf.SEQUENCE_ID: task_id,
-            sf.POSITION: 0,
-            sf.PHASE: "retry" if self.prefilled else "act",
-            sf.TOKEN_CREDIT: None,
-            "skl_knowledge_steps": episode.knowledge_steps,
-        }
-        return self.to_output(episode, reward=self.shaped_reward(episode), fields=fields)
+
+    @property
+    def phase(self) -> str:
+        return "retry" if self.prefilled else "act"
+
+    def episode_fields(self, episode: EpisodeResult) -> dict[str, Any]:
+        return {"skl_knowledge_steps": episode.knowledge_steps}
 
     def render_observation(self, observation: str, actions: list[str]) -> str:
         # The question is asked of every state; pre-filled states answer it in the action request.
