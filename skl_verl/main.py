@@ -62,7 +62,7 @@ def prepare_config(config: DictConfig) -> DictConfig:
             f"actor_rollout_ref.rollout.agent.default_agent_loop={default_loop!r} is not in "
             f"{rollout.agent.agent_loop_config_path} (known: {sorted(loops)})"
         )
-    required_loop = {"skillrise": "skillrise", "skl_sd": "skl_sd"}.get(estimator)
+    required_loop = {"skillrise": "skillrise", "skl_sd": "skl_sd", "skl_rl": "skl_rl"}.get(estimator)
     if required_loop and not str(default_loop).startswith(required_loop):
         raise ConfigError(
             f"algorithm.adv_estimator={estimator} needs a {required_loop} agent loop "

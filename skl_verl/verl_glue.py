@@ -172,6 +172,38 @@ def skl_sd_estimator(
     return _to_tokens(weights, _outcome_scores(token_level_rewards), response_mask)
 
 
+@core_algos.register_adv_est("skl_rl")
+@wants_sample_fields
+def skl_rl_estimator(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    config: Any = None,
+    index: np.ndarray | None = None,
+    sample_fields: dict[str, np.ndarray] | None = None,
+    **_: Any,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """SKL-RL Eq. 4: GRPO on the interleaved traces (phase 'act', grouped per task) plus
+    λ-weighted distillation samples (phase 'distill', see skl_verl.agent_loops.skl_rl_loop).
+    Options under ``algorithm.skl_rl``: distill_coef (λ), norm ('std'|'mean'), eps."""
+    _require_fields("skl_rl", sample_fields, (sf.SEQUENCE_ID, sf.PHASE))
+    options = {"distill_coef": 0.1, "norm": "std", "eps": 1e-6}
+    unknown = set(algorithm_section(config, "skl_rl")) - set(options)
+    if unknown:
+        raise ValueError(f"unknown algorithm.skl_rl options {sorted(unknown)}; known: {sorted(options)}")
+    options.update(algorithm_section(config, "skl_rl"))
+    phase = np.asarray(sample_fields[sf.PHASE]).astype(str)
+    unknown_phases = sorted(set(phase) - {"act", "distill"})
+    if unknown_phases:
+        raise ValueError(f"skl_rl estimator got phases {unknown_phases}; expected 'act' and 'distill'")
+    scores = _outcome_scores(token_level_rewards).to(torch.float64)
+    is_trace = torch.as_tensor(phase == "act")
+    grpo = group_relative_advantages(
+        scores, group_codes(sample_fields[sf.SEQUENCE_ID], phase), norm=options["norm"], eps=float(options["eps"])
+    )
+    advantages = torch.where(is_trace, grpo, torch.full_like(grpo, float(options["distill_coef"])))
+    return _to_tokens(advantages, scores, response_mask)
+
+
 def loss_term_metrics(data: DataProto) -> dict[str, float]:
     """Each weighted term of a phase-structured loss (SKL-SD Eq. 1) at the start of the update,
     from the old log-probs: ``loss/<phase>`` = -Σ w·log π / Σ kept tokens, plus sample counts."""

@@ -1,6 +1,7 @@
 """SKL-RL loop: knowledge, simulations from a snapshot, refined knowledge, action; real play unchanged."""
 
 import pytest
+import torch
 from verl.workers.rollout.replica import TokenOutput
 
 import loop_helpers
@@ -66,3 +67,47 @@ def test_bad_simulation_config_fails_at_start():
 
     with pytest.raises(ValueError, match="simulation_policy"):
         behaviour_policy("oracle", 0, 0.5)
+
+
+def test_distillation_samples_train_the_student_context_on_z_hat(tmp_path, tiny_model_dir, monkeypatch):
+    from omegaconf import OmegaConf
+
+    from skl_verl.cpu_trainer import CPUTrainer, compose_config
+    from skl_verl.data import write_parquet
+    from skl_verl.verl_glue import AGENT_LOOP_CONFIG
+
+    monkeypatch.setenv("TENSORBOARD_DIR", str(tmp_path / "tb"))
+    loops = OmegaConf.load(AGENT_LOOP_CONFIG)
+    for entry in loops:
+        if entry.name == "skl_rl":
+            entry.distill_interval, entry.max_turns = 1, 3
+    OmegaConf.save(loops, tmp_path / "loops.yaml")
+    train = write_parquet(env_rows("frozenlake", SLIPPERY, agent_name="skl_rl"), tmp_path / "rl.parquet")
+    config = compose_config([
+        f"actor_rollout_ref.model.path={tiny_model_dir}", f"data.train_files={train}", f"data.val_files={train}",
+        "data.train_batch_size=1", "data.max_prompt_length=8192", "data.max_response_length=16384",
+        "actor_rollout_ref.rollout.n=2", "actor_rollout_ref.actor.ppo_mini_batch_size=1",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2", "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=2",
+        "actor_rollout_ref.rollout.agent.default_agent_loop=skl_rl", "algorithm.adv_estimator=skl_rl",
+        "+algorithm.skl_rl.distill_coef=0.3", f"actor_rollout_ref.rollout.agent.agent_loop_config_path={tmp_path / 'loops.yaml'}",
+    ])
+    trainer = CPUTrainer(config)
+    trainer.rollouter.worker.llm_client = ThreeStagePolicy(trainer.tokenizer)
+    before = {k: v.full_tensor().clone() for k, v in trainer.actor.actor.engine.module.state_dict().items()}
+    data = trainer.rollout(next(trainer.batches()))
+    phases = list(data.non_tensor_batch["skl_phase"])
+    assert phases.count("act") == 2 and phases.count("distill") >= 2
+    trainer.train_step(data)
+    adv = data.batch["advantages"].sum(-1) / data.batch["response_mask"].sum(-1)
+    tok = trainer.tokenizer
+    for i, phase in enumerate(phases):
+        if phase != "distill":
+            continue
+        assert adv[i].item() == pytest.approx(0.3)
+        response = tok.decode(data.batch["responses"][i][data.batch["response_mask"][i].bool()], skip_special_tokens=True)
+        assert response == "<knowledge>refined: the ice slips sideways</knowledge>"
+        prompt = tok.decode(data.batch["prompts"][i], skip_special_tokens=True)
+        assert prompt.rstrip().endswith("assistant") and "Before acting, write your understanding" in prompt
+        assert "Simulated continuations" not in prompt.rsplit("user", 1)[-1], "the student must not see this step's simulations"
+    after = {k: v.full_tensor() for k, v in trainer.actor.actor.engine.module.state_dict().items()}
+    assert any(not torch.equal(before[k], after[k]) for k in before)

@@ -4,6 +4,7 @@
 #   bash recipes/skl_rl/run_chess.sh [--dry-run] [hydra overrides...]
 #   EXPERT=1_6 bash recipes/skl_rl/run_chess.sh         # behaviour policy: Stockfish with p = 1/6
 #   CONFIG=grpo_chess bash recipes/skl_rl/run_chess.sh  # GRPO baseline
+#   CONFIG=skl_rl_chess_distill bash recipes/skl_rl/run_chess.sh  # distillation ablation (episode length 5)
 ENV_NAME=chess_puzzles
 CONFIG=${CONFIG:-skl_rl_chess}
 RECIPE_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"

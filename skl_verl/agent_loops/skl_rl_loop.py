@@ -8,8 +8,14 @@ restored before the real action, so simulations never change the real trajectory
     user: action request                                  | assistant: <action>a_t</action>
 
 The whole interleaved trace is one sample trained with GRPO on the episode outcome (Eq. 4's
-first term). The (z, ẑ) pairs of every step are attached as ``skl_distill_pairs`` for the
-distillation term (Eqs. 5–6, ``skl_verl.algorithms.distill``).
+first term, phase ``act``). Every ``distill_interval`` training steps the loop also emits, per real
+step, a distillation sample (phase ``distill``): the student context (the stream before z_{s_t}
+was written: s_t and the history) with the teacher's ẑ_{s_t} as the response. Trained with
+weight λ (``algorithm.skl_rl.distill_coef``) this is sequence-level forward-KL distillation
+(Eq. 5, Supervised-KD on teacher samples): its gradient is λ·∇ log π(ẑ | s_t, H), an unbiased
+sample of the forward-KL gradient. Reverse KL (Eq. 6) needs the teacher's log-probs of the
+student's z and is not wired yet (``skl_verl.algorithms.distill`` has the losses). The (z, ẑ)
+pairs of every step are attached as ``skl_distill_pairs``.
 
 Behaviour policies (``simulation_policy``): ``random`` (uniform admissible actions, any env with
 snapshots) and ``expert_mix`` (chess: Stockfish's move with probability ``expert_rate`` — the
@@ -20,8 +26,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from verl.experimental.agent_loop.agent_loop import register
+from verl.experimental.agent_loop.agent_loop import AgentLoopMetrics, AgentLoopOutput, register
 
+from skl_verl import sample_fields as sf
 from skl_verl.agent_loops.env_loop import EpisodeResult, TurnContext, stable_seed
 from skl_verl.agent_loops.stateful_loop import StatefulAgentLoop
 from skl_verl.skl.simulation import BoardPolicy, RandomPolicy, render_branches, simulate_branches
@@ -58,9 +65,13 @@ class SklRlAgentLoop(StatefulAgentLoop):
         simulation_policy: str = "random",
         expert_rate: float = 0.5,
         engine_path: str | None = None,
+        distill_interval: int = 0,
         **kwargs: Any,
     ):
         super().__init__(*args, **kwargs)
+        if distill_interval < 0:
+            raise ValueError("distill_interval must be >= 0 (0 disables distillation samples)")
+        self.distill_interval = distill_interval
         if simulations < 1 or horizon < 1:
             raise ValueError("simulations (N) and horizon (H) must be >= 1")
         if not 0 <= expert_rate <= 1:
@@ -68,6 +79,37 @@ class SklRlAgentLoop(StatefulAgentLoop):
         self.simulations, self.horizon = simulations, horizon
         self.simulation_policy, self.expert_rate, self.engine_path = simulation_policy, expert_rate, engine_path
         behaviour_policy(simulation_policy, 0, expert_rate, engine_path)  # fail at start on a bad config
+
+    async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> list[AgentLoopOutput]:
+        trace = await super().run(sampling_params, **kwargs)
+        step = int(kwargs.get("global_steps") or 0)
+        if not self.distill_interval or step % self.distill_interval:
+            return [trace]
+        stream = list(trace.prompt_ids) + list(trace.response_ids)
+        outputs = [trace]
+        for position, record in enumerate(trace.extra_fields["skl_knowledge_steps"]):
+            if record.get("refined_knowledge") and record["context_tokens"] <= len(stream):
+                outputs.append(self._distill_sample(trace, record, position, stream[: record["context_tokens"]]))
+        if len(outputs) > 1:
+            # Teacher-forced samples have no rollout log-probs and verl needs all or none in a batch;
+            # the trainer recomputes old log-probs anyway.
+            trace.response_logprobs = None
+        return outputs
+
+    def _distill_sample(self, trace: AgentLoopOutput, record: dict[str, Any], position: int, context_ids: list[int]):
+        target = f"<knowledge>{record['refined_knowledge']}</knowledge>"
+        response_ids = self.tokenizer(target, add_special_tokens=False)["input_ids"] + [self.tokenizer.eos_token_id]
+        response_ids = response_ids[: self.response_length]
+        fields = {
+            sf.TRAJECTORY_ID: trace.extra_fields[sf.TRAJECTORY_ID], sf.SEQUENCE_ID: trace.extra_fields[sf.SEQUENCE_ID],
+            sf.POSITION: position, sf.PHASE: "distill", sf.TOKEN_CREDIT: None, sf.SCORE: 0.0,
+            "skl_distill_state": record["state_key"], "reward_extra_info": {}, "turn_scores": [], "tool_rewards": [],
+        }
+        return AgentLoopOutput(
+            # Long histories are left-truncated to rollout.prompt_length, as verl does for any prompt.
+            prompt_ids=self._cap_text_prompt_length(context_ids), response_ids=response_ids, response_mask=[1] * len(response_ids),
+            reward_score=0.0, num_turns=2, metrics=AgentLoopMetrics(), extra_fields=fields,
+        )
 
     def episode_fields(self, episode: EpisodeResult) -> dict[str, Any]:
         steps = episode.knowledge_steps

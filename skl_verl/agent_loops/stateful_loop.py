@@ -80,6 +80,8 @@ class StatefulAgentLoop(EnvAgentLoop):
             "observation": context.stream.messages[-1]["content"],
             "prefilled": state_key in self.prefilled,
             "knowledge_error": "",
+            # Tokens of the stream before z was written: the student context pi(z | s_t, history).
+            "context_tokens": len(context.stream.token_ids),
         }
         request = ACTION_REQUEST
         if step["prefilled"]:

@@ -900,13 +900,15 @@ def plot_results(results: dict[str, Any], path: str | Path) -> Path:
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     panels = (("success_rate", "Success rate"), ("good_move_ratio", "Good-move ratio"))
     for ax, (metric, title) in zip(axes, panels):
-        for name, data in results["methods"].items():
+        names = list(results["methods"])
+        for i, (name, data) in enumerate(results["methods"].items()):
             style = METHOD_STYLES[name]
+            jitter = (i - (len(names) - 1) / 2) * 0.12  # keep equal test values visible side by side
             xs = [row["iteration"] for row in data["train"]]
             ys = [row[metric] for row in data["train"]]
             ax.plot(xs, ys, marker="o", markersize=3.5, label=data["label"], **style)
             if data["test"] is not None and data["test"][metric] is not None:
-                ax.plot([test_x], [data["test"][metric]], marker="D", markersize=7, linestyle="none",
+                ax.plot([test_x + jitter], [data["test"][metric]], marker="D", markersize=7, linestyle="none",
                         color=style["color"], markeredgecolor="black")
             if name == "retry" and metric == "success_rate" and data["train"]:
                 once = data["train"][-1]["success_at_least_once"]
