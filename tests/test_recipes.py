@@ -122,3 +122,10 @@ def test_skl_rl_run_script_dry_run(tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     assert "default_agent_loop: skl_rl_chess_expert_1_3" in result.stdout
     assert "dry run: config composed and checked" in result.stdout and not list(tmp_path.iterdir())
+
+
+def test_skl_rl_distillation_ablation_config():
+    config = load("skl_rl_chess_distill", recipe=SKL_RL)
+    assert config.algorithm.adv_estimator == "skl_rl" and config.trainer.v1.trainer_mode == "skl_sync"
+    loop = agent_loop_entry(config.actor_rollout_ref.rollout.agent.default_agent_loop)
+    assert (loop.max_turns, loop.distill_interval, loop.simulations, loop.horizon) == (5, 1, 3, 2)
