@@ -12,6 +12,7 @@ TransferQueue trainer, which need GPUs.
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
 import time
 from typing import Any
@@ -59,6 +60,7 @@ def pad_to_multiple(data, multiple: int):
     return DataProto.concat([data, pad])
 
 
+@functools.cache
 def multi_output_agent_loop_worker():
     """verl's in-process ``AgentLoopWorker`` (v0 path) expects one output per loop run; verl's v1
     TransferQueue worker already accepts a list (SkillRise returns one sample per phase). This

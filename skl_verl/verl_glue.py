@@ -343,7 +343,7 @@ def _register_trainer() -> None:
             fn = core_algos.ADV_ESTIMATOR_REGISTRY.get(name)
             if fn is None or not getattr(fn, SAMPLE_FIELDS_ATTR, False):
                 return super()._compute_advantage(batch, metrics)
-            fields = ["uid", "response_mask", "rm_scores", "extra_fields"]
+            fields = ["uid", "response_mask", "rm_scores", "old_log_probs", "extra_fields"]
             data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
             response_mask = data["response_mask"]
             extras = list(data.pop("extra_fields").tolist())
@@ -362,6 +362,7 @@ def _register_trainer() -> None:
                 metrics.update(kl_metrics)
             data = compute_advantage(data, self.config.algorithm)
             metrics.update(episode_metrics(data.non_tensor_batch))
+            metrics.update(loss_term_metrics(data))
             out = {f: response_to_nested(data.batch[f], response_mask) for f in ("advantages", "returns")}
             if self.config.algorithm.use_kl_in_reward:
                 out["token_level_rewards"] = response_to_nested(data.batch["token_level_rewards"], response_mask)
