@@ -367,8 +367,7 @@ class AlfWorldEnv(TextEnv):
         if max_tasks is not None:
             games = games[: int(max_tasks)]
         self._games: dict[str, _Game] = {g.task_id: g for g in games}
-        self._specs: list[TaskSpec] = [self._make_spec(g) for g in games]
-        self._spec_by_id: dict[str, TaskSpec] = {s.task_id: s for s in self._specs}
+        self.set_tasks([self._make_spec(g) for g in games], scope=f"in split {self.split!r}")
 
         self._engine: Any = None
         self._loaded_game: str | None = None
@@ -404,14 +403,6 @@ class AlfWorldEnv(TextEnv):
             },
         )
 
-    def tasks(self) -> list[TaskSpec]:
-        return list(self._specs)
-
-    def task(self, task_id: str) -> TaskSpec:
-        try:
-            return self._spec_by_id[task_id]
-        except (KeyError, TypeError):
-            raise UnknownTaskError(f"{self.name}: unknown task id {task_id!r} in split {self.split!r}") from None
 
     def walkthrough(self, task_id: str) -> list[str] | None:
         """The expert walkthrough stored in the task's game file (None when it has none)."""

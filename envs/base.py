@@ -69,9 +69,20 @@ class TextEnv(abc.ABC):
     name: str = "text_env"
     supports_snapshot: bool = False
 
-    @abc.abstractmethod
+    def set_tasks(self, specs: list[TaskSpec], scope: str = "") -> None:
+        """Declare the instance's tasks (once, in ``__init__``); ``tasks``/``task`` then serve them.
+        ``scope`` is appended to unknown-task errors (e.g. "in split 'train'")."""
+        self._specs = list(specs)
+        self._spec_by_id = {spec.task_id: spec for spec in self._specs}
+        if len(self._spec_by_id) != len(self._specs):
+            raise ValueError(f"{self.name}: duplicate task ids")
+        self._task_scope = f" {scope}" if scope else ""
+
     def tasks(self) -> list[TaskSpec]:
         """Every task this environment instance can be reset to."""
+        if not hasattr(self, "_spec_by_id"):
+            raise NotImplementedError(f"{type(self).__name__} must call set_tasks() in __init__ or override tasks()")
+        return list(self._specs)
 
     @abc.abstractmethod
     def reset(self, task_id: str, seed: int | None = None) -> tuple[str, dict[str, Any]]:
@@ -102,10 +113,12 @@ class TextEnv(abc.ABC):
         raise SnapshotNotSupportedError(f"{self.name} cannot restore a snapshot")
 
     def task(self, task_id: str) -> TaskSpec:
-        for spec in self.tasks():
-            if spec.task_id == task_id:
-                return spec
-        raise UnknownTaskError(f"{self.name}: unknown task id {task_id!r}")
+        if not hasattr(self, "_spec_by_id"):
+            raise NotImplementedError(f"{type(self).__name__} must call set_tasks() in __init__ or override task()")
+        try:
+            return self._spec_by_id[task_id]
+        except (KeyError, TypeError):
+            raise UnknownTaskError(f"{self.name}: unknown task id {task_id!r}{self._task_scope}") from None
 
     def close(self) -> None:
         """Release processes or files; the default has nothing to release."""

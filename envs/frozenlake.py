@@ -230,8 +230,7 @@ class FrozenLakeEnv(TextEnv):
                 rows = tuple(generate_random_map(size=int(size), p=float(p_frozen), seed=map_seed))
                 specs.append(self._make_spec(i, rows, map_seed=map_seed, p_frozen=float(p_frozen)))
                 compiled.append(_CompiledMap(rows))
-        self._specs = specs
-        self._spec_by_id = {spec.task_id: spec for spec in specs}
+        self.set_tasks(specs)
         self._map_by_id = {spec.task_id: m for spec, m in zip(specs, compiled)}
 
         # episode state
@@ -271,14 +270,6 @@ class FrozenLakeEnv(TextEnv):
             },
         )
 
-    def tasks(self) -> list[TaskSpec]:
-        return list(self._specs)
-
-    def task(self, task_id: str) -> TaskSpec:
-        try:
-            return self._spec_by_id[task_id]
-        except (KeyError, TypeError):
-            raise UnknownTaskError(f"{self.name}: unknown task id {task_id!r}") from None
 
     def _compiled(self, task_id: str) -> _CompiledMap:
         try:

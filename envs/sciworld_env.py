@@ -320,8 +320,7 @@ class SciWorldEnv(TextEnv):
                     },
                 )
             )
-        self._specs = specs
-        self._spec_by_id = {spec.task_id: spec for spec in specs}
+        self.set_tasks(specs)
         self._task_name = self._variation = None
 
     def _cache_path(self) -> Path | None:
@@ -389,14 +388,6 @@ class SciWorldEnv(TextEnv):
         meta = self.task(task_id).metadata
         return self.gold_action_sequence_for(meta["task_name"], meta["variation"])
 
-    def tasks(self) -> list[TaskSpec]:
-        return list(self._specs)
-
-    def task(self, task_id: str) -> TaskSpec:
-        try:
-            return self._spec_by_id[task_id]
-        except (KeyError, TypeError):
-            raise UnknownTaskError(f"{self.name}: unknown task id {task_id!r}") from None
 
     # ------------------------------------------------------------------ episode
 

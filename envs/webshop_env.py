@@ -416,8 +416,7 @@ class WebShopEnv(TextEnv):
             raise ValueError(
                 f"webshop: split {split!r} ({split_convention} convention) selects no goal out of {len(goals)}"
             )
-        self._specs = [self._make_spec(i, goals[i]) for i in indices]
-        self._spec_by_id = {spec.task_id: spec for spec in self._specs}
+        self.set_tasks([self._make_spec(i, goals[i]) for i in indices])
         self._reset_episode()
 
     # ------------------------------------------------------------------ server
@@ -499,14 +498,6 @@ class WebShopEnv(TextEnv):
             },
         )
 
-    def tasks(self) -> list[TaskSpec]:
-        return list(self._specs)
-
-    def task(self, task_id: str) -> TaskSpec:
-        try:
-            return self._spec_by_id[task_id]
-        except (KeyError, TypeError):
-            raise UnknownTaskError(f"{self.name}: unknown task id {task_id!r}") from None
 
     # ------------------------------------------------------------------ episode
 
