@@ -46,9 +46,9 @@ CPU_OVERRIDES = [
 
 
 def pad_to_multiple(data, multiple: int):
-    """Append copies of the first sample with an all-zero response mask and zero advantage until
-    ``len(data)`` divides by ``multiple`` (verl's micro/mini batching needs it). Like verl v1's
-    synthetic padding samples, they contribute no token to any loss."""
+    """Append copies of the first sample with an all-zero response mask until ``len(data)``
+    divides by ``multiple`` (verl's micro/mini batching needs it). Like verl v1's synthetic padding
+    samples, they contribute no token to any loss (callers give them zero advantages)."""
     from verl import DataProto
 
     missing = -len(data) % multiple
@@ -56,7 +56,6 @@ def pad_to_multiple(data, multiple: int):
         return data
     pad = data.select_idxs([0] * missing)
     pad.batch["response_mask"] = torch.zeros_like(pad.batch["response_mask"])
-    pad.batch["advantages"] = torch.zeros_like(pad.batch["advantages"])
     return DataProto.concat([data, pad])
 
 
@@ -232,7 +231,6 @@ class CPUTrainer:
         timing: dict[str, float] = {}
         set_token_level_scores(data)
         data.batch["token_level_rewards"] = data.batch["token_level_scores"]
-        data = compute_advantage(data, self.config.algorithm)
 
         actor_cfg = self.config.actor_rollout_ref.actor
         mini_batch_size = int(actor_cfg.ppo_mini_batch_size) * self.n
@@ -242,6 +240,7 @@ class CPUTrainer:
         )
         padded = pad_to_multiple(data, math.lcm(mini_batch_size, *micro))
 
+        # Old log-probs first, as in verl's trainer: some estimators (SKL-RL's reverse KL) read them.
         start = time.perf_counter()
         td = self._actor_input(padded)
         tu.assign_non_tensor(td, calculate_entropy=True, compute_loss=False)
@@ -249,6 +248,11 @@ class CPUTrainer:
         padded.batch["old_log_probs"] = no_padding_2_padding(tu.get(out, "log_probs"), td).float()
         timing["timing_s/old_log_prob"] = time.perf_counter() - start
         data.batch["old_log_probs"] = padded.batch["old_log_probs"][: len(data)]
+
+        data = compute_advantage(data, self.config.algorithm)
+        advantages = torch.zeros_like(padded.batch["old_log_probs"])
+        advantages[: len(data)] = data.batch["advantages"]
+        padded.batch["advantages"] = advantages
         terms = loss_term_metrics(data)
 
         start = time.perf_counter()

@@ -180,28 +180,46 @@ def skl_rl_estimator(
     config: Any = None,
     index: np.ndarray | None = None,
     sample_fields: dict[str, np.ndarray] | None = None,
+    old_log_probs: torch.Tensor | None = None,
     **_: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """SKL-RL Eq. 4: GRPO on the interleaved traces (phase 'act', grouped per task) plus
-    λ-weighted distillation samples (phase 'distill', see skl_verl.agent_loops.skl_rl_loop).
+    """SKL-RL Eq. 4: GRPO on the interleaved traces (phase 'act', grouped per task) plus λ times
+    the distillation term. Forward KL (Eq. 5): 'distill' samples (student context -> ẑ) get λ.
+    Reverse KL (Eq. 6): each 'distill_teacher' probe scores the student's z under the teacher
+    context; the z tokens of its trace get -λ·(log π_student − log π_teacher) per token (the
+    k1-reward policy-gradient form), from the old log-probs; probes themselves get 0.
     Options under ``algorithm.skl_rl``: distill_coef (λ), norm ('std'|'mean'), eps."""
-    _require_fields("skl_rl", sample_fields, (sf.SEQUENCE_ID, sf.PHASE))
+    _require_fields("skl_rl", sample_fields, (sf.TRAJECTORY_ID, sf.SEQUENCE_ID, sf.PHASE))
     options = {"distill_coef": 0.1, "norm": "std", "eps": 1e-6}
     unknown = set(algorithm_section(config, "skl_rl")) - set(options)
     if unknown:
         raise ValueError(f"unknown algorithm.skl_rl options {sorted(unknown)}; known: {sorted(options)}")
     options.update(algorithm_section(config, "skl_rl"))
+    coef = float(options["distill_coef"])
     phase = np.asarray(sample_fields[sf.PHASE]).astype(str)
-    unknown_phases = sorted(set(phase) - {"act", "distill"})
+    unknown_phases = sorted(set(phase) - {"act", "distill", "distill_teacher"})
     if unknown_phases:
-        raise ValueError(f"skl_rl estimator got phases {unknown_phases}; expected 'act' and 'distill'")
+        raise ValueError(f"skl_rl estimator got phases {unknown_phases}; expected 'act', 'distill', 'distill_teacher'")
     scores = _outcome_scores(token_level_rewards).to(torch.float64)
     is_trace = torch.as_tensor(phase == "act")
     grpo = group_relative_advantages(
         scores, group_codes(sample_fields[sf.SEQUENCE_ID], phase), norm=options["norm"], eps=float(options["eps"])
     )
-    advantages = torch.where(is_trace, grpo, torch.full_like(grpo, float(options["distill_coef"])))
-    return _to_tokens(advantages, scores, response_mask)
+    per_sample = torch.where(is_trace, grpo, torch.where(torch.as_tensor(phase == "distill"), coef, 0.0))
+    advantages, returns = _to_tokens(per_sample, scores, response_mask)
+    probes = np.flatnonzero(phase == "distill_teacher")
+    if probes.size:
+        if old_log_probs is None:
+            raise ValueError("reverse-KL distillation needs the old log-probs of the batch (compute them first)")
+        trace_row = {sample_fields[sf.TRAJECTORY_ID][i]: i for i in np.flatnonzero(phase == "act")}
+        mask = response_mask.to(advantages.dtype)
+        for j in probes:  # one per real step with a teacher probe; spans differ in length
+            i = trace_row[sample_fields[sf.TRAJECTORY_ID][j]]
+            start, end = (int(x) for x in sample_fields["skl_z_span"][j])
+            end = min(end, advantages.shape[1])
+            gap = old_log_probs[i, start:end] - old_log_probs[j, : end - start]
+            advantages[i, start:end] -= coef * gap.to(advantages.dtype) * mask[i, start:end]
+    return advantages, returns
 
 
 def loss_term_metrics(data: DataProto) -> dict[str, float]:
@@ -247,6 +265,7 @@ def compute_advantage(data: DataProto, algorithm_config: Any) -> DataProto:
         config=algorithm_config,
         index=data.non_tensor_batch.get("uid"),
         sample_fields=fields,
+        old_log_probs=data.batch["old_log_probs"] if "old_log_probs" in data.batch.keys() else None,
     )
     data.batch["advantages"] = advantages
     data.batch["returns"] = returns

@@ -111,3 +111,53 @@ def test_distillation_samples_train_the_student_context_on_z_hat(tmp_path, tiny_
         assert "Simulated continuations" not in prompt.rsplit("user", 1)[-1], "the student must not see this step's simulations"
     after = {k: v.full_tensor() for k, v in trainer.actor.actor.engine.module.state_dict().items()}
     assert any(not torch.equal(before[k], after[k]) for k in before)
+
+
+def test_reverse_kl_credits_student_z_tokens_with_teacher_gap(tmp_path, tiny_model_dir, monkeypatch):
+    from omegaconf import OmegaConf
+
+    from skl_verl.cpu_trainer import CPUTrainer, compose_config
+    from skl_verl.data import write_parquet
+    from skl_verl.verl_glue import AGENT_LOOP_CONFIG
+
+    monkeypatch.setenv("TENSORBOARD_DIR", str(tmp_path / "tb"))
+    loops = OmegaConf.load(AGENT_LOOP_CONFIG)
+    for entry in loops:
+        if entry.name == "skl_rl":
+            entry.distill_interval, entry.distill_kind, entry.max_turns = 1, "reverse", 2
+    OmegaConf.save(loops, tmp_path / "loops.yaml")
+    train = write_parquet(env_rows("frozenlake", SLIPPERY, agent_name="skl_rl"), tmp_path / "rl.parquet")
+    config = compose_config([
+        f"actor_rollout_ref.model.path={tiny_model_dir}", f"data.train_files={train}", f"data.val_files={train}",
+        "data.train_batch_size=1", "data.max_prompt_length=8192", "data.max_response_length=16384",
+        "actor_rollout_ref.rollout.n=2", "actor_rollout_ref.actor.ppo_mini_batch_size=1",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2", "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=2",
+        "actor_rollout_ref.rollout.agent.default_agent_loop=skl_rl", "algorithm.adv_estimator=skl_rl",
+        "+algorithm.skl_rl.distill_coef=0.5", f"actor_rollout_ref.rollout.agent.agent_loop_config_path={tmp_path / 'loops.yaml'}",
+    ])
+    trainer = CPUTrainer(config)
+    trainer.rollouter.worker.llm_client = ThreeStagePolicy(trainer.tokenizer)
+    data = trainer.rollout(next(trainer.batches()))
+    fields = data.non_tensor_batch
+    phases = list(fields["skl_phase"])
+    assert phases.count("act") == 2 and phases.count("distill_teacher") >= 2
+    trainer.train_step(data)
+    lp, adv, mask = data.batch["old_log_probs"], data.batch["advantages"], data.batch["response_mask"]
+    tok = trainer.tokenizer
+    trace_of = {fields["skl_trajectory_id"][i]: i for i, p in enumerate(phases) if p == "act"}
+    z_rows = []
+    for j, phase in enumerate(phases):
+        if phase != "distill_teacher":
+            continue
+        assert adv[j].abs().sum().item() == 0, "teacher probes must not be trained"
+        i = trace_of[fields["skl_trajectory_id"][j]]
+        start, end = fields["skl_z_span"][j]
+        assert torch.equal(data.batch["responses"][i, start:end], data.batch["responses"][j, : end - start])
+        assert tok.decode(data.batch["responses"][j, : end - start], skip_special_tokens=True) == "<knowledge>first impression</knowledge>"
+        assert "Simulated continuations" in tok.decode(data.batch["prompts"][j], skip_special_tokens=True)
+        expected = -0.5 * (lp[i, start:end] - lp[j, : end - start])
+        z_rows.append((i, start, end, expected))
+    # Both trials scored the same, so the GRPO part is 0 and the z tokens carry exactly the KL credit.
+    for i, start, end, expected in z_rows:
+        assert torch.allclose(adv[i, start:end], expected * mask[i, start:end], atol=1e-5)
+    assert any(expected.abs().sum() > 0 for *_, expected in z_rows), "teacher and student contexts differ"

@@ -4,7 +4,9 @@
 #   bash recipes/skl_rl/run_chess.sh [--dry-run] [hydra overrides...]
 #   EXPERT=1_6 bash recipes/skl_rl/run_chess.sh         # behaviour policy: Stockfish with p = 1/6
 #   CONFIG=grpo_chess bash recipes/skl_rl/run_chess.sh  # GRPO baseline
-#   CONFIG=skl_rl_chess_distill bash recipes/skl_rl/run_chess.sh  # distillation ablation (episode length 5)
+#   CONFIG=skl_rl_chess_distill bash recipes/skl_rl/run_chess.sh  # distillation ablation (episode length 5), forward KL
+#   CONFIG=skl_rl_chess_distill bash recipes/skl_rl/run_chess.sh \
+#       actor_rollout_ref.rollout.agent.default_agent_loop=skl_rl_chess_distill_reverse   # reverse KL
 ENV_NAME=chess_puzzles
 CONFIG=${CONFIG:-skl_rl_chess}
 RECIPE_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"

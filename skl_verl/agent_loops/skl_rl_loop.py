@@ -13,9 +13,13 @@ step, a distillation sample (phase ``distill``): the student context (the stream
 was written: s_t and the history) with the teacher's ẑ_{s_t} as the response. Trained with
 weight λ (``algorithm.skl_rl.distill_coef``) this is sequence-level forward-KL distillation
 (Eq. 5, Supervised-KD on teacher samples): its gradient is λ·∇ log π(ẑ | s_t, H), an unbiased
-sample of the forward-KL gradient. Reverse KL (Eq. 6) needs the teacher's log-probs of the
-student's z and is not wired yet (``skl_verl.algorithms.distill`` has the losses). The (z, ẑ)
-pairs of every step are attached as ``skl_distill_pairs``.
+sample of the forward-KL gradient. With ``distill_kind: reverse`` (Eq. 6) the loop instead emits a
+teacher probe per step: the student's own z tokens scored under the teacher context (the knowledge
+question with the simulations shown), phase ``distill_teacher``, never trained. The ``skl_rl``
+estimator then adds the per-token credit -λ·(log π(z_t | s, H) − log π(z_t | sims, s, H)) to the
+z tokens of the trace: the policy-gradient (k1-reward) form of the reverse-KL gradient, computed
+from the old log-probs verl's trainer already has. The (z, ẑ) pairs of every step are attached as
+``skl_distill_pairs``.
 
 Behaviour policies (``simulation_policy``): ``random`` (uniform admissible actions, any env with
 snapshots) and ``expert_mix`` (chess: Stockfish's move with probability ``expert_rate`` — the
@@ -37,6 +41,8 @@ REFINE_REQUEST = (
     "Simulated continuations from this exact state ({n} branches, up to {h} steps each):\n{branches}\n\n"
     "Update your understanding of the state in light of these outcomes, inside <knowledge>...</knowledge>."
 )
+
+TEACHER_HINT = "Simulated continuations from this exact state ({n} branches, up to {h} steps each):\n{branches}"
 
 _ENGINES: dict[str, Any] = {}
 
@@ -66,12 +72,16 @@ class SklRlAgentLoop(StatefulAgentLoop):
         expert_rate: float = 0.5,
         engine_path: str | None = None,
         distill_interval: int = 0,
+        distill_kind: str = "forward",
         **kwargs: Any,
     ):
         super().__init__(*args, **kwargs)
         if distill_interval < 0:
             raise ValueError("distill_interval must be >= 0 (0 disables distillation samples)")
-        self.distill_interval = distill_interval
+        if distill_kind not in ("forward", "reverse"):
+            raise ValueError(f"distill_kind must be 'forward' or 'reverse', got {distill_kind!r}")
+        self.distill_interval, self.distill_kind = distill_interval, distill_kind
+        self._teacher_contexts: list[tuple[int, list[dict[str, str]]]] = []
         if simulations < 1 or horizon < 1:
             raise ValueError("simulations (N) and horizon (H) must be >= 1")
         if not 0 <= expert_rate <= 1:
@@ -87,14 +97,37 @@ class SklRlAgentLoop(StatefulAgentLoop):
             return [trace]
         stream = list(trace.prompt_ids) + list(trace.response_ids)
         outputs = [trace]
-        for position, record in enumerate(trace.extra_fields["skl_knowledge_steps"]):
-            if record.get("refined_knowledge") and record["context_tokens"] <= len(stream):
-                outputs.append(self._distill_sample(trace, record, position, stream[: record["context_tokens"]]))
+        records = trace.extra_fields["skl_knowledge_steps"]
+        if self.distill_kind == "forward":
+            for position, record in enumerate(records):
+                if record.get("refined_knowledge") and record["context_tokens"] <= len(stream):
+                    outputs.append(self._distill_sample(trace, record, position, stream[: record["context_tokens"]]))
+        else:
+            for position, messages in self._teacher_contexts:
+                record = records[position]
+                if record.get("knowledge_end") and record["knowledge_end"] <= len(stream):
+                    outputs.append(await self._teacher_probe(trace, record, position, messages, stream))
         if len(outputs) > 1:
             # Teacher-forced samples have no rollout log-probs and verl needs all or none in a batch;
             # the trainer recomputes old log-probs anyway.
             trace.response_logprobs = None
         return outputs
+
+    async def _teacher_probe(self, trace, record: dict[str, Any], position: int, messages, stream: list[int]):
+        """The student's z tokens as a response to the teacher context; scored, never trained."""
+        z_ids = stream[record["context_tokens"] : record["knowledge_end"]]
+        offset = len(trace.prompt_ids)
+        fields = {
+            sf.TRAJECTORY_ID: trace.extra_fields[sf.TRAJECTORY_ID], sf.SEQUENCE_ID: trace.extra_fields[sf.SEQUENCE_ID],
+            sf.POSITION: position, sf.PHASE: "distill_teacher", sf.TOKEN_CREDIT: None, sf.SCORE: 0.0,
+            # Where z sits in the trace's response: the estimator aligns the two samples' log-probs by it.
+            "skl_z_span": [record["context_tokens"] - offset, record["knowledge_end"] - offset],
+            "reward_extra_info": {}, "turn_scores": [], "tool_rewards": [],
+        }
+        return AgentLoopOutput(
+            prompt_ids=await self.ct_build_initial_tokens(messages), response_ids=z_ids, response_mask=[1] * len(z_ids),
+            reward_score=0.0, num_turns=2, metrics=AgentLoopMetrics(), extra_fields=fields,
+        )
 
     def _distill_sample(self, trace: AgentLoopOutput, record: dict[str, Any], position: int, context_ids: list[int]):
         target = f"<knowledge>{record['refined_knowledge']}</knowledge>"
@@ -139,6 +172,11 @@ class SklRlAgentLoop(StatefulAgentLoop):
         step["simulated_steps"] = sum(len(b.steps) for b in branches)
         step["simulated_wins"] = sum(int(b.won) for b in branches)
         text = render_branches(branches) if branches else "(simulation unavailable)"
+        if self.distill_kind == "reverse" and "knowledge_end" in step:
+            # Teacher context for z: the student context with the simulations shown before z.
+            messages = [dict(m) for m in context.stream.messages[: step["context_messages"]]]
+            messages[-1]["content"] += "\n\n" + TEACHER_HINT.format(n=len(branches), h=self.horizon, branches=text)
+            self._teacher_contexts.append((len(episode.knowledge_steps) - 1, messages))
         request = REFINE_REQUEST.format(n=len(branches), h=self.horizon, branches=text)
         if not await self.add_context(context.stream, "user", request):
             return False

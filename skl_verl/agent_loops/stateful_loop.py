@@ -80,8 +80,9 @@ class StatefulAgentLoop(EnvAgentLoop):
             "observation": context.stream.messages[-1]["content"],
             "prefilled": state_key in self.prefilled,
             "knowledge_error": "",
-            # Tokens of the stream before z was written: the student context pi(z | s_t, history).
+            # Tokens / messages of the stream before z was written: the student context pi(z | s_t, history).
             "context_tokens": len(context.stream.token_ids),
+            "context_messages": len(context.stream.messages),
         }
         request = ACTION_REQUEST
         if step["prefilled"]:
@@ -91,6 +92,7 @@ class StatefulAgentLoop(EnvAgentLoop):
             text = await self.generate(context)
             if text is None:
                 return None
+            step["knowledge_end"] = len(context.stream.token_ids)  # z = stream[context_tokens:knowledge_end]
             step["knowledge"] = self.read_knowledge(text, step, episode)
         episode.knowledge_steps.append(step)
         if not await self.before_action(context, episode, step):
