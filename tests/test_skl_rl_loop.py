@@ -15,11 +15,14 @@ class ThreeStagePolicy:
     """Scripted stand-in: knowledge, refined knowledge, then the next move of a fixed plan."""
 
     def __init__(self, tokenizer):
-        self.tokenizer, self.moves, self.refine_prompts = tokenizer, 0, []
+        self.tokenizer, self.moves, self.refine_prompts, self.simulation_requests = tokenizer, 0, [], []
 
     async def generate(self, request_id, *, prompt_ids, sampling_params, **_):
         last_user = self.tokenizer.decode(prompt_ids).rsplit("<|im_start|>user", 1)[-1]
-        if "Simulated continuations" in last_user:
+        if "exploring in a simulator" in last_user:
+            self.simulation_requests.append(request_id)
+            text = "<action>right</action>"
+        elif "Simulated continuations" in last_user:
             self.refine_prompts.append(last_user)
             text = "<knowledge>refined: the ice slips sideways</knowledge>"
         elif "Based on your understanding" in last_user:
@@ -57,9 +60,34 @@ def test_simulations_do_not_change_the_real_trajectory(tmp_path, tiny_model_dir,
     assert all(0 < s["simulated_steps"] <= 6 for s in sim_steps)
     assert all(s["refined_knowledge"] == "refined: the ice slips sideways" for s in sim_steps)
     assert len(policy.refine_prompts) == len(sim_steps)
-    assert "Branch" in policy.refine_prompts[0] or "branch" in policy.refine_prompts[0]
+    assert "Branch 1:" in policy.refine_prompts[0] and "Step 1: action" in policy.refine_prompts[0]
     pairs = simulated.non_tensor_batch["skl_distill_pairs"][0]
     assert [(p["z"], p["z_hat"]) for p in pairs] == [("first impression", "refined: the ice slips sideways")] * len(sim_steps)
+
+
+def test_self_generated_simulation_moves_come_from_the_policy(tmp_path, tiny_model_dir, monkeypatch):
+    from omegaconf import OmegaConf
+
+    from skl_verl.verl_glue import AGENT_LOOP_CONFIG
+
+    loops = OmegaConf.load(AGENT_LOOP_CONFIG)
+    for entry in loops:
+        if entry.name == "skl_rl":
+            entry.simulation_policy, entry.max_turns = "self", 2
+    OmegaConf.save(loops, tmp_path / "loops.yaml")
+    policies = []
+    monkeypatch.setattr(loop_helpers, "ScriptedClient", lambda tok, replies: policies.append(ThreeStagePolicy(tok)) or policies[-1])
+    rows = env_rows("frozenlake", SLIPPERY, agent_name="skl_rl")
+    out, _ = loop_helpers.rollout(tmp_path, tiny_model_dir, None, rows=rows, overrides=[
+        "data.max_response_length=16384", f"actor_rollout_ref.rollout.agent.agent_loop_config_path={tmp_path / 'loops.yaml'}"])
+    steps = out.non_tensor_batch["skl_knowledge_steps"][0]
+    policy = policies[0]
+    assert sum(s["simulated_steps"] for s in steps) == len(policy.simulation_requests) > 0
+    assert all(":sim" in r for r in policy.simulation_requests)
+    assert "Branch 1:" in policy.refine_prompts[0] and "action 'right'" in policy.refine_prompts[0]
+    plain, _ = play(tmp_path / "plain", tiny_model_dir, "skl_stateful", monkeypatch)
+    real = lambda st: [(s["state_key"], s["action"], s["next_state_key"]) for s in st]
+    assert real(steps) == real(plain.non_tensor_batch["skl_knowledge_steps"][0])[: len(steps)]
 
 
 def test_bad_simulation_config_fails_at_start():

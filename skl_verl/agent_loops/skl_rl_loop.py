@@ -22,18 +22,21 @@ from the old log-probs verl's trainer already has. The (z, ẑ) pairs of every s
 ``skl_distill_pairs``.
 
 Behaviour policies (``simulation_policy``): ``random`` (uniform admissible actions, any env with
-snapshots) and ``expert_mix`` (chess: Stockfish's move with probability ``expert_rate`` — the
-paper's 1/2, 1/3, 1/6 — else a random other legal move; needs the ``stockfish`` binary).
+snapshots), ``expert_mix`` (chess: Stockfish's move with probability ``expert_rate`` — the
+paper's 1/2, 1/3, 1/6 — else a random other legal move; needs the ``stockfish`` binary) and
+``self`` (§4.2.2: the policy itself proposes every simulated move from the branch's observation;
+these proposals are separate requests, shown to the trace as context, and not trained).
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from verl.experimental.agent_loop.agent_loop import AgentLoopMetrics, AgentLoopOutput, register
 
 from skl_verl import sample_fields as sf
-from skl_verl.agent_loops.env_loop import EpisodeResult, TurnContext, stable_seed
+from skl_verl.agent_loops.env_loop import EpisodeResult, TurnContext, render_turn, stable_seed
 from skl_verl.agent_loops.stateful_loop import StatefulAgentLoop
 from skl_verl.skl.simulation import BoardPolicy, RandomPolicy, render_branches, simulate_branches
 
@@ -47,8 +50,47 @@ TEACHER_HINT = "Simulated continuations from this exact state ({n} branches, up 
 _ENGINES: dict[str, Any] = {}
 
 
+SIMULATION_PROMPT = "You are exploring in a simulator. Propose the next move inside <action>...</action>."
+
+
+class ModelMovePolicy:
+    """Self-generated simulation: the policy model proposes each simulated move.
+
+    ``simulate_branches`` calls policies synchronously in a worker thread; each call submits the
+    generation to the agent loop's event loop and waits for it there."""
+
+    def __init__(self, agent_loop: "SklRlAgentLoop", context: TurnContext, root_observation: str, event_loop):
+        self.agent_loop, self.context, self.event_loop = agent_loop, context, event_loop
+        self.root_observation, self.last_observation = root_observation, {}
+        self.calls = 0
+
+    def observe(self, branch: int, observation: str) -> None:
+        self.last_observation[branch] = observation
+
+    def __call__(self, env, branch: int, step: int) -> str:
+        if branch in self.last_observation:
+            shown = render_turn(self.last_observation[branch], env.admissible_actions())
+        else:  # the root state as the trace showed it (already lists the admissible actions)
+            shown = self.root_observation
+        messages = [
+            {"role": "system", "content": self.agent_loop.system_prompt},
+            {"role": "user", "content": f"{shown}\n\n{SIMULATION_PROMPT}"},
+        ]
+        prompt_ids = self.agent_loop.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        prompt_ids = prompt_ids if isinstance(prompt_ids, list) else prompt_ids["input_ids"]
+        request = self.agent_loop.server_manager.generate(
+            request_id=f"{self.context.request_id}:sim{self.calls}",
+            prompt_ids=list(prompt_ids),
+            sampling_params=self.context.sampling_params,
+        )
+        self.calls += 1
+        output = asyncio.run_coroutine_threadsafe(request, self.event_loop).result()
+        parsed = self.agent_loop.parser(self.agent_loop.tokenizer.decode(output.token_ids, skip_special_tokens=True))
+        return parsed.action or ""  # an unparseable proposal is an invalid simulated move
+
+
 def behaviour_policy(name: str, seed: int, expert_rate: float, engine_path: str | None = None):
-    """A simulation policy by name; the chess engine process is shared within a worker process."""
+    """A heuristic simulation policy by name; the chess engine process is shared within a worker process."""
     if name == "random":
         return RandomPolicy(seed)
     if name == "expert_mix":
@@ -58,7 +100,7 @@ def behaviour_policy(name: str, seed: int, expert_rate: float, engine_path: str 
         if key not in _ENGINES:
             _ENGINES[key] = StockfishPolicy(path=engine_path)
         return BoardPolicy(MixedBehaviourPolicy(expert_rate, seed=seed, engine=_ENGINES[key]))
-    raise ValueError(f"simulation_policy must be 'random' or 'expert_mix', got {name!r}")
+    raise ValueError(f"simulation_policy must be 'random', 'expert_mix' or 'self', got {name!r}")
 
 
 @register("skl_rl")
@@ -88,7 +130,8 @@ class SklRlAgentLoop(StatefulAgentLoop):
             raise ValueError("expert_rate must be in [0, 1]")
         self.simulations, self.horizon = simulations, horizon
         self.simulation_policy, self.expert_rate, self.engine_path = simulation_policy, expert_rate, engine_path
-        behaviour_policy(simulation_policy, 0, expert_rate, engine_path)  # fail at start on a bad config
+        if simulation_policy != "self":
+            behaviour_policy(simulation_policy, 0, expert_rate, engine_path)  # fail at start on a bad config
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> list[AgentLoopOutput]:
         trace = await super().run(sampling_params, **kwargs)
@@ -157,7 +200,10 @@ class SklRlAgentLoop(StatefulAgentLoop):
     async def before_action(self, context: TurnContext, episode: EpisodeResult, step: dict[str, Any]) -> bool:
         env = context.env
         seed = stable_seed(f"{context.request_id}:{len(episode.knowledge_steps)}")
-        policy = behaviour_policy(self.simulation_policy, seed, self.expert_rate, self.engine_path)
+        if self.simulation_policy == "self":
+            policy = ModelMovePolicy(self, context, step["observation"], asyncio.get_running_loop())
+        else:
+            policy = behaviour_policy(self.simulation_policy, seed, self.expert_rate, self.engine_path)
         try:
             branches = await self._env_call(
                 context.timing, simulate_branches, env, policy, self.simulations, self.horizon, seed

@@ -214,6 +214,8 @@ def simulate_branches(
                         break
                     raise
                 next_key = env.state_key()
+                if hasattr(policy, "observe"):  # policies that read the branch's text (the model itself)
+                    policy.observe(b, result.observation)
                 steps.append(
                     SimStep(
                         state_key=key,
