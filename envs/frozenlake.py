@@ -468,8 +468,10 @@ class FrozenLakeEnv(TextEnv):
         r, c = state["position"]
         if not (0 <= r < m.nrow and 0 <= c < m.ncol):
             raise ValueError(f"{self.name}: snapshot position {(r, c)} is off the {m.nrow}x{m.ncol} map")
-        rng = np.random.Generator(np.random.PCG64(0))
-        rng.bit_generator.state = copy.deepcopy(state["rng_state"])
+        rng = getattr(self, "_rng", None)
+        if rng is None or type(rng.bit_generator).__name__ != state["rng_state"].get("bit_generator"):
+            rng = np.random.Generator(np.random.PCG64(0))
+        rng.bit_generator.state = state["rng_state"]  # numpy copies the values; the snapshot stays intact
         self._rng = rng
         self._task_id = task_id
         self._map = m
