@@ -55,6 +55,12 @@ def prepare_config(config: DictConfig) -> DictConfig:
         with open_dict(config):
             config.trainer.v1.trainer_mode = "skl_sync"
 
+    loss_mode = config.actor_rollout_ref.actor.policy_loss.get("loss_mode", "vanilla")
+    if loss_mode not in core_algos.POLICY_LOSS_REGISTRY:
+        raise ConfigError(
+            f"actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode!r} is not registered; "
+            f"known: {sorted(core_algos.POLICY_LOSS_REGISTRY)}"
+        )
     loops = {entry.name for entry in OmegaConf.load(rollout.agent.agent_loop_config_path)}
     default_loop = rollout.agent.default_agent_loop
     if default_loop not in loops:

@@ -2,6 +2,7 @@
 
 Extension points used (see docs/verl_integration.md):
 - ``core_algos.register_adv_est``: our advantage estimators under their own names.
+- ``core_algos.register_policy_loss``: ``skl_weighted_nll`` (SKL-SD's Eq. 1 as weighted self-imitation).
 - ``agent_loop.register`` (in skl_verl.agent_loops) plus an agent-loop YAML so Ray workers,
   which do not share the driver's registry, can instantiate our loops by name.
 - ``distillation.losses.register_distillation_loss``: SKL-RL's KL distillation (skl_reverse_kl,
@@ -128,6 +129,39 @@ def grouped_grpo_estimator(
     scores = _outcome_scores(token_level_rewards).to(torch.float64)
     advantages = group_relative_advantages(scores, groups, norm=options["norm"], eps=float(options["eps"]))
     return _to_tokens(advantages, scores, response_mask)
+
+
+@core_algos.register_policy_loss("skl_weighted_nll")
+def weighted_nll_policy_loss(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = "token-mean",
+    config: Any = None,
+    rollout_is_weights: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, Any]]:
+    """SKL-SD Eq. 1 as weighted self-imitation: L = -Σ_t w_t log π(y_t), no ratio, no clipping.
+
+    SKL-SD trains only on filtered successes ("self-distillation, or self-imitation": supervised
+    learning over quality-filtered experience, §3.1), so the per-token weights w (1 for D_base, λ1
+    for D_distill, λ2 for D_reflect, 0 elsewhere; estimator ``skl_sd``) arrive as advantages and
+    the loss is their weighted negative log-likelihood. Unlike the clipped ``vanilla`` loss, the
+    SFT term stays an SFT term on every mini-batch. Select with
+    ``actor_rollout_ref.actor.policy_loss.loss_mode=skl_weighted_nll``.
+    """
+    loss_mat = -advantages * log_prob
+    if rollout_is_weights is not None:
+        loss_mat = loss_mat * rollout_is_weights
+    batch_info = getattr(config, "global_batch_info", None) or {}
+    loss = core_algos.agg_loss(loss_mat=loss_mat, loss_mask=response_mask, loss_agg_mode=loss_agg_mode, **batch_info)
+    mask = response_mask.bool()
+    trained = mask & (advantages != 0)
+    metrics = {
+        "actor/ppo_kl": (old_log_prob - log_prob)[mask].mean().detach().item() if mask.any() else 0.0,
+        "actor/weighted_nll_token_frac": (trained.sum() / mask.sum().clamp(min=1)).item(),
+    }
+    return loss, metrics
 
 
 SKL_SD_PHASES = ("base", "distill", "reflect")

@@ -60,6 +60,7 @@ def test_grpo_baseline_and_no_curation_ablation():
         ("actor_rollout_ref.rollout.agent.default_agent_loop=nope", "is not in"),
         ("algorithm.skillrise.gamma=1.5", "gamma"),
         ("trainer.v1.trainer_mode=separate_async", "skl_sync"),
+        ("actor_rollout_ref.actor.policy_loss.loss_mode=clip_nll", "not registered"),
     ],
 )
 def test_bad_configs_fail_with_the_key_named(override, message):
@@ -98,6 +99,7 @@ def test_skl_sd_configs(name):
     assert config.actor_rollout_ref.model.path == "Qwen/Qwen2.5-7B-Instruct"
     loop = agent_loop_entry(config.actor_rollout_ref.rollout.agent.default_agent_loop)
     assert (loop.rollouts_per_state, loop.horizon, loop.bootstrap_fraction) == (3, 3, 0.2)
+    assert config.actor_rollout_ref.actor.policy_loss.loss_mode == "skl_weighted_nll"
     baseline = load(name.replace("skl_sd", "grpo"), recipe=SKL_SD)
     assert baseline.algorithm.adv_estimator == "grpo" and baseline.actor_rollout_ref.rollout.agent.default_agent_loop == "skl_env"
     with pytest.raises(ConfigError, match="needs a skl_sd agent loop"):

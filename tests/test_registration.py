@@ -1,6 +1,7 @@
 """After registration, verl's own lookups return our pieces."""
 
 import hydra
+import pytest
 from omegaconf import OmegaConf
 from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
 from verl.trainer.ppo import core_algos
@@ -17,6 +18,25 @@ def test_estimators_resolve_through_verl():
     assert getattr(core_algos.get_adv_estimator_fn("skillrise"), verl_glue.SAMPLE_FIELDS_ATTR)
     # verl's own estimators are untouched.
     assert core_algos.get_adv_estimator_fn("grpo") is core_algos.compute_grpo_outcome_advantage
+
+
+def test_policy_loss_resolves_through_verl_and_is_weighted_nll():
+    import torch
+    from omegaconf import OmegaConf
+
+    skl_verl.register(with_trainer=False)
+    fn = core_algos.get_policy_loss_fn("skl_weighted_nll")
+    assert fn is verl_glue.weighted_nll_policy_loss
+    log_prob = torch.tensor([[-1.0, -2.0, -3.0], [-0.5, -0.5, -4.0]], requires_grad=True)
+    weights = torch.tensor([[1.0, 1.0, 1.0], [0.5, 0.5, 0.5]])
+    mask = torch.tensor([[1, 1, 0], [1, 1, 1]])
+    config = OmegaConf.create({"global_batch_info": {}})
+    loss, metrics = fn(log_prob.detach(), log_prob, weights, mask, "token-mean", config)
+    # token-mean over the 5 unmasked tokens of -w * log p: (1 + 2 + 0.25 + 0.25 + 2) / 5
+    assert loss.item() == pytest.approx(5.5 / 5)
+    loss.backward()
+    assert log_prob.grad[0, 2] == 0 and log_prob.grad[1, 2] == pytest.approx(-0.5 / 5)
+    assert metrics["actor/weighted_nll_token_frac"] == 1.0
 
 
 def test_distillation_losses_resolve_through_verl():

@@ -67,6 +67,7 @@ def make_trainer(tmp_path, model_dir, monkeypatch, retry_follows_refined):
             "actor_rollout_ref.rollout.agent.default_agent_loop=skl_sd", "algorithm.adv_estimator=skl_sd",
             f"+algorithm.skl_sd.lambda_distill={LAMBDA_DISTILL}", f"+algorithm.skl_sd.lambda_reflect={LAMBDA_REFLECT}",
             f"actor_rollout_ref.rollout.agent.agent_loop_config_path={loop_yaml}",
+            "actor_rollout_ref.actor.policy_loss.loss_mode=skl_weighted_nll",
         ]
     )
     trainer = CPUTrainer(config)
@@ -108,6 +109,8 @@ def test_bootstrap_backward_with_successor_knowledge_then_retry_success_trains_a
         assert f"loss_terms/{phase}_loss" in metrics
     assert metrics["loss_terms/reflect_trained_samples"] == 4 and metrics["loss_terms/base_trained_samples"] == 0
     assert metrics["loss_terms/distill_loss"] > 0 and metrics["loss_terms/base_loss"] == 0
+    # verl's own actor ran our registered policy loss (it reports the trained-token fraction).
+    assert 0 < metrics["actor/weighted_nll_token_frac"] < 1
 
 
 def test_failed_retry_gives_no_reflect_pairs(tmp_path, tiny_model_dir, monkeypatch):
