@@ -171,10 +171,10 @@ def skl_sd_weights(phase: np.ndarray, keep: np.ndarray, lambda_distill: float, l
     """SKL Eq. 1 as per-sample weights: L = PG(D_base) + λ1 PG(D_distill) + λ2 SFT(D_reflect).
 
     Every dataset is filtered to successes (self-imitation: negatives are discarded), so each
-    kept sample's tokens get weight 1 (base), λ1 (distill) or λ2 (reflect) and the rest 0. Fed as
-    advantages to verl's clipped loss, a weight w gives the gradient w·∇log π at ratio 1, which is
-    PG with reward 1 for the first two terms and λ2-weighted SFT for D_reflect (clipping only
-    bounds later mini-batches of the same update).
+    kept sample's tokens get weight 1 (base), λ1 (distill) or λ2 (reflect) and the rest 0. With
+    the ``skl_weighted_nll`` policy loss the objective is exactly Σ w·(−log π): PG with reward 1 on
+    the two filtered PG terms and λ2-weighted SFT on D_reflect. (With verl's clipped ``vanilla``
+    loss the gradient is the same at ratio 1; clipping then bounds later mini-batches.)
     """
     phase = np.asarray(phase).astype(str)
     unknown = sorted(set(phase) - set(SKL_SD_PHASES))
