@@ -108,7 +108,6 @@ from envs.base import (
     StepResult,
     TaskSpec,
     TextEnv,
-    UnknownTaskError,
 )
 
 logger = logging.getLogger(__name__)

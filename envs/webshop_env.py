@@ -125,7 +125,6 @@ from envs.base import (
     StepResult,
     TaskSpec,
     TextEnv,
-    UnknownTaskError,
 )
 
 DEFAULT_URL = "http://127.0.0.1:3000"

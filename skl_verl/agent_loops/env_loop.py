@@ -302,10 +302,7 @@ class EnvAgentLoop(AgentLoopBase):
                 "skl_truncated": episode.truncated,
                 "skl_failed": episode.failed or "",
                 sf.SCORE: reward,
-                "turn_scores": [],
-                "tool_rewards": [],
-                # verl's v1 worker reads this key when a loop returns several outputs.
-                "reward_extra_info": {},
+                **{k: type(v)() for k, v in VERL_EXTRA_DEFAULTS.items()},
             }
         )
         return AgentLoopOutput(
@@ -318,6 +315,33 @@ class EnvAgentLoop(AgentLoopBase):
             metrics=AgentLoopMetrics(generate_sequences=episode.metrics.get("generate_s", 0.0)),
             extra_fields=extra,
         )
+
+
+VERL_EXTRA_DEFAULTS = {"turn_scores": [], "tool_rewards": [], "reward_extra_info": {}}
+"""Extra fields verl's workers expect on every output (v1 reads ``reward_extra_info`` when a loop
+returns several outputs); fresh copies are made per sample."""
+
+
+def single_turn_output(
+    prompt_ids: list[int],
+    response_ids: list[int],
+    score: float,
+    fields: dict[str, Any],
+    logprobs: list[float] | None = None,
+    num_turns: int = 3,
+) -> AgentLoopOutput:
+    """One prompt -> one trained reply (curations, reflections, distillation samples and probes)."""
+    extra = {**{k: type(v)() for k, v in VERL_EXTRA_DEFAULTS.items()}, **fields, sf.SCORE: score}
+    return AgentLoopOutput(
+        prompt_ids=prompt_ids,
+        response_ids=response_ids,
+        response_mask=[1] * len(response_ids),
+        response_logprobs=logprobs[: len(response_ids)] if logprobs else None,
+        reward_score=score,
+        num_turns=num_turns,
+        metrics=AgentLoopMetrics(),
+        extra_fields=extra,
+    )
 
 
 def _describe(exc: BaseException) -> str:

@@ -15,10 +15,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from verl.experimental.agent_loop.agent_loop import AgentLoopMetrics, AgentLoopOutput, register
+from verl.experimental.agent_loop.agent_loop import AgentLoopOutput, register
 
 from skl_verl import sample_fields as sf
-from skl_verl.agent_loops.env_loop import EnvAgentLoop, EpisodeResult, _trajectory_id, stable_seed
+from skl_verl.agent_loops.env_loop import EnvAgentLoop, EpisodeResult, _trajectory_id, single_turn_output, stable_seed
 from skl_verl.env_pool import ENV_POOL
 from skl_verl.parsing import TagActionParser
 from skl_verl.skillrise import prompts
@@ -150,23 +150,9 @@ class SkillRiseAgentLoop(EnvAgentLoop):
         score = -self.curate_penalty if error else 0.0
         fields.update(
             {
-                sf.SCORE: score,
                 sf.EPISODE_REWARD: 0.0,
                 "skl_curate_error": error or "",
                 "skl_document_words": prompts.document_words(new_document),
-                "reward_extra_info": {},
-                "turn_scores": [],
-                "tool_rewards": [],
             }
         )
-        logprobs = output.log_probs[: len(response_ids)] if output.log_probs else None
-        return new_document, AgentLoopOutput(
-            prompt_ids=prompt_ids,
-            response_ids=response_ids,
-            response_mask=[1] * len(response_ids),
-            response_logprobs=logprobs,
-            reward_score=score,
-            num_turns=3,
-            metrics=AgentLoopMetrics(),
-            extra_fields=fields,
-        )
+        return new_document, single_turn_output(prompt_ids, response_ids, score, fields, output.log_probs)

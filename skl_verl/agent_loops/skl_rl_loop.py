@@ -33,10 +33,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from verl.experimental.agent_loop.agent_loop import AgentLoopMetrics, AgentLoopOutput, register
+from verl.experimental.agent_loop.agent_loop import AgentLoopOutput, register
 
 from skl_verl import sample_fields as sf
-from skl_verl.agent_loops.env_loop import EpisodeResult, TurnContext, render_turn, stable_seed
+from skl_verl.agent_loops.env_loop import EpisodeResult, TurnContext, render_turn, single_turn_output, stable_seed
 from skl_verl.agent_loops.stateful_loop import StatefulAgentLoop
 from skl_verl.skl.simulation import BoardPolicy, RandomPolicy, render_branches, simulate_branches
 
@@ -162,15 +162,11 @@ class SklRlAgentLoop(StatefulAgentLoop):
         offset = len(trace.prompt_ids)
         fields = {
             sf.TRAJECTORY_ID: trace.extra_fields[sf.TRAJECTORY_ID], sf.SEQUENCE_ID: trace.extra_fields[sf.SEQUENCE_ID],
-            sf.POSITION: position, sf.PHASE: "distill_teacher", sf.TOKEN_CREDIT: None, sf.SCORE: 0.0,
+            sf.POSITION: position, sf.PHASE: "distill_teacher", sf.TOKEN_CREDIT: None,
             # Where z sits in the trace's response: the estimator aligns the two samples' log-probs by it.
             "skl_z_span": [record["context_tokens"] - offset, record["knowledge_end"] - offset],
-            "reward_extra_info": {}, "turn_scores": [], "tool_rewards": [],
         }
-        return AgentLoopOutput(
-            prompt_ids=await self.ct_build_initial_tokens(messages), response_ids=z_ids, response_mask=[1] * len(z_ids),
-            reward_score=0.0, num_turns=2, metrics=AgentLoopMetrics(), extra_fields=fields,
-        )
+        return single_turn_output(await self.ct_build_initial_tokens(messages), z_ids, 0.0, fields, num_turns=2)
 
     def _distill_sample(self, trace: AgentLoopOutput, record: dict[str, Any], position: int, context_ids: list[int]):
         target = f"<knowledge>{record['refined_knowledge']}</knowledge>"
@@ -178,14 +174,10 @@ class SklRlAgentLoop(StatefulAgentLoop):
         response_ids = response_ids[: self.response_length]
         fields = {
             sf.TRAJECTORY_ID: trace.extra_fields[sf.TRAJECTORY_ID], sf.SEQUENCE_ID: trace.extra_fields[sf.SEQUENCE_ID],
-            sf.POSITION: position, sf.PHASE: "distill", sf.TOKEN_CREDIT: None, sf.SCORE: 0.0,
-            "skl_distill_state": record["state_key"], "reward_extra_info": {}, "turn_scores": [], "tool_rewards": [],
+            sf.POSITION: position, sf.PHASE: "distill", sf.TOKEN_CREDIT: None, "skl_distill_state": record["state_key"],
         }
-        return AgentLoopOutput(
-            # Long histories are left-truncated to rollout.prompt_length, as verl does for any prompt.
-            prompt_ids=self._cap_text_prompt_length(context_ids), response_ids=response_ids, response_mask=[1] * len(response_ids),
-            reward_score=0.0, num_turns=2, metrics=AgentLoopMetrics(), extra_fields=fields,
-        )
+        # Long histories are left-truncated to rollout.prompt_length, as verl does for any prompt.
+        return single_turn_output(self._cap_text_prompt_length(context_ids), response_ids, 0.0, fields, num_turns=2)
 
     def episode_fields(self, episode: EpisodeResult) -> dict[str, Any]:
         steps = episode.knowledge_steps

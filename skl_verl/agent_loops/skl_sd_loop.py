@@ -19,10 +19,10 @@ import math
 import os
 from typing import Any
 
-from verl.experimental.agent_loop.agent_loop import AgentLoopMetrics, AgentLoopOutput, register
+from verl.experimental.agent_loop.agent_loop import AgentLoopOutput, register
 
 from skl_verl import sample_fields as sf
-from skl_verl.agent_loops.env_loop import EpisodeResult, _trajectory_id, parse_env_spec, stable_seed
+from skl_verl.agent_loops.env_loop import EpisodeResult, _trajectory_id, parse_env_spec, single_turn_output, stable_seed
 from skl_verl.agent_loops.stateful_loop import StatefulAgentLoop
 from skl_verl.env_pool import ENV_POOL
 from skl_verl.skl import prompts
@@ -170,14 +170,10 @@ class SklSdAgentLoop(StatefulAgentLoop):
         parsed = self.knowledge_parser(self.tokenizer.decode(response_ids, skip_special_tokens=True))
         fields = {
             sf.TRAJECTORY_ID: trial, sf.SEQUENCE_ID: moves[t]["state_key"], sf.POSITION: t, sf.PHASE: "reflect",
-            sf.TOKEN_CREDIT: None, sf.SCORE: 0.0, "skl_keep": False, "skl_reflect_error": parsed.error or "",
-            "skl_rollouts_used": len(rollouts), "reward_extra_info": {}, "turn_scores": [], "tool_rewards": [],
+            sf.TOKEN_CREDIT: None, "skl_keep": False, "skl_reflect_error": parsed.error or "",
+            "skl_rollouts_used": len(rollouts),
         }
-        sample = AgentLoopOutput(
-            prompt_ids=prompt_ids, response_ids=response_ids, response_mask=[1] * len(response_ids),
-            response_logprobs=output.log_probs[: len(response_ids)] if output.log_probs else None,
-            reward_score=0.0, num_turns=3, metrics=AgentLoopMetrics(), extra_fields=fields,
-        )
+        sample = single_turn_output(prompt_ids, response_ids, 0.0, fields, output.log_probs)
         return sample, parsed.action if parsed.ok else None
 
     def _persist(self, env_key: str, buffer: ReplayBuffer, table: KnowledgeTable) -> None:
