@@ -97,7 +97,8 @@ def test_bad_simulation_config_fails_at_start():
         behaviour_policy("oracle", 0, 0.5)
 
 
-def test_distillation_samples_train_the_student_context_on_z_hat(tmp_path, tiny_model_dir, monkeypatch):
+def skl_rl_trainer(tmp_path, model_dir, monkeypatch, distill_coef, **loop_options):
+    """A CPU trainer running the `skl_rl` loop (options overridden) with the ThreeStagePolicy stand-in."""
     from omegaconf import OmegaConf
 
     from skl_verl.cpu_trainer import CPUTrainer, compose_config
@@ -108,19 +109,25 @@ def test_distillation_samples_train_the_student_context_on_z_hat(tmp_path, tiny_
     loops = OmegaConf.load(AGENT_LOOP_CONFIG)
     for entry in loops:
         if entry.name == "skl_rl":
-            entry.distill_interval, entry.max_turns = 1, 3
+            entry.update(loop_options)
     OmegaConf.save(loops, tmp_path / "loops.yaml")
     train = write_parquet(env_rows("frozenlake", SLIPPERY, agent_name="skl_rl"), tmp_path / "rl.parquet")
     config = compose_config([
-        f"actor_rollout_ref.model.path={tiny_model_dir}", f"data.train_files={train}", f"data.val_files={train}",
+        f"actor_rollout_ref.model.path={model_dir}", f"data.train_files={train}", f"data.val_files={train}",
         "data.train_batch_size=1", "data.max_prompt_length=8192", "data.max_response_length=16384",
         "actor_rollout_ref.rollout.n=2", "actor_rollout_ref.actor.ppo_mini_batch_size=1",
         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2", "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=2",
         "actor_rollout_ref.rollout.agent.default_agent_loop=skl_rl", "algorithm.adv_estimator=skl_rl",
-        "+algorithm.skl_rl.distill_coef=0.3", f"actor_rollout_ref.rollout.agent.agent_loop_config_path={tmp_path / 'loops.yaml'}",
+        f"+algorithm.skl_rl.distill_coef={distill_coef}",
+        f"actor_rollout_ref.rollout.agent.agent_loop_config_path={tmp_path / 'loops.yaml'}",
     ])
     trainer = CPUTrainer(config)
     trainer.rollouter.worker.llm_client = ThreeStagePolicy(trainer.tokenizer)
+    return trainer
+
+
+def test_distillation_samples_train_the_student_context_on_z_hat(tmp_path, tiny_model_dir, monkeypatch):
+    trainer = skl_rl_trainer(tmp_path, tiny_model_dir, monkeypatch, 0.3, distill_interval=1, max_turns=3)
     before = {k: v.full_tensor().clone() for k, v in trainer.actor.actor.engine.module.state_dict().items()}
     data = trainer.rollout(next(trainer.batches()))
     phases = list(data.non_tensor_batch["skl_phase"])
@@ -142,29 +149,7 @@ def test_distillation_samples_train_the_student_context_on_z_hat(tmp_path, tiny_
 
 
 def test_reverse_kl_credits_student_z_tokens_with_teacher_gap(tmp_path, tiny_model_dir, monkeypatch):
-    from omegaconf import OmegaConf
-
-    from skl_verl.cpu_trainer import CPUTrainer, compose_config
-    from skl_verl.data import write_parquet
-    from skl_verl.verl_glue import AGENT_LOOP_CONFIG
-
-    monkeypatch.setenv("TENSORBOARD_DIR", str(tmp_path / "tb"))
-    loops = OmegaConf.load(AGENT_LOOP_CONFIG)
-    for entry in loops:
-        if entry.name == "skl_rl":
-            entry.distill_interval, entry.distill_kind, entry.max_turns = 1, "reverse", 2
-    OmegaConf.save(loops, tmp_path / "loops.yaml")
-    train = write_parquet(env_rows("frozenlake", SLIPPERY, agent_name="skl_rl"), tmp_path / "rl.parquet")
-    config = compose_config([
-        f"actor_rollout_ref.model.path={tiny_model_dir}", f"data.train_files={train}", f"data.val_files={train}",
-        "data.train_batch_size=1", "data.max_prompt_length=8192", "data.max_response_length=16384",
-        "actor_rollout_ref.rollout.n=2", "actor_rollout_ref.actor.ppo_mini_batch_size=1",
-        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2", "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=2",
-        "actor_rollout_ref.rollout.agent.default_agent_loop=skl_rl", "algorithm.adv_estimator=skl_rl",
-        "+algorithm.skl_rl.distill_coef=0.5", f"actor_rollout_ref.rollout.agent.agent_loop_config_path={tmp_path / 'loops.yaml'}",
-    ])
-    trainer = CPUTrainer(config)
-    trainer.rollouter.worker.llm_client = ThreeStagePolicy(trainer.tokenizer)
+    trainer = skl_rl_trainer(tmp_path, tiny_model_dir, monkeypatch, 0.5, distill_interval=1, distill_kind="reverse", max_turns=2)
     data = trainer.rollout(next(trainer.batches()))
     fields = data.non_tensor_batch
     phases = list(fields["skl_phase"])

@@ -5,7 +5,6 @@ the retry wins only when the policy is scripted to follow refined knowledge.
 """
 
 import pytest
-import torch
 from omegaconf import OmegaConf
 from verl.workers.rollout.replica import TokenOutput
 
