@@ -187,39 +187,30 @@ def _check_reduction(reduction: str) -> str:
     return reduction
 
 
-def _check_logits_pair(student_logits: torch.Tensor, teacher_logits: torch.Tensor) -> None:
-    for name, t in (("student_logits", student_logits), ("teacher_logits", teacher_logits)):
+def _check_pair(student: torch.Tensor, teacher: torch.Tensor, kind: str, layout: str) -> None:
+    """Both sides are floating tensors of ``layout`` (e.g. "(batch, tokens, vocab)") and equal shape."""
+    for name, t in ((f"student_{kind}", student), (f"teacher_{kind}", teacher)):
         if not isinstance(t, torch.Tensor):
             raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if t.dim() != 3:
-            raise ValueError(f"{name} must have shape (batch, tokens, vocab), got {tuple(t.shape)}")
+        if t.dim() != layout.count(",") + 1:
+            raise ValueError(f"{name} must have shape {layout}, got {tuple(t.shape)}")
         if not t.is_floating_point():
             raise ValueError(f"{name} must be floating point, got {t.dtype}")
-    if student_logits.shape != teacher_logits.shape:
+    if student.shape != teacher.shape:
         raise ValueError(
-            "student_logits and teacher_logits must be aligned token by token with the same vocab: "
-            f"got {tuple(student_logits.shape)} vs {tuple(teacher_logits.shape)}"
+            f"student_{kind} and teacher_{kind} must be aligned token by token with the same shape: "
+            f"got {tuple(student.shape)} vs {tuple(teacher.shape)}"
         )
+
+
+def _check_logits_pair(student_logits: torch.Tensor, teacher_logits: torch.Tensor) -> None:
+    _check_pair(student_logits, teacher_logits, "logits", "(batch, tokens, vocab)")
     if student_logits.shape[-1] < 1:
         raise ValueError("vocab dimension must be >= 1")
 
 
 def _check_logprob_pair(student_logprobs: torch.Tensor, teacher_logprobs: torch.Tensor) -> None:
-    for name, t in (("student_logprobs", student_logprobs), ("teacher_logprobs", teacher_logprobs)):
-        if not isinstance(t, torch.Tensor):
-            raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if t.dim() != 2:
-            raise ValueError(f"{name} must have shape (batch, tokens), got {tuple(t.shape)}")
-        if not t.is_floating_point():
-            raise ValueError(f"{name} must be floating point, got {t.dtype}")
-    if student_logprobs.shape != teacher_logprobs.shape:
-        raise ValueError(
-            f"student_logprobs and teacher_logprobs must have the same shape, got "
-            f"{tuple(student_logprobs.shape)} vs {tuple(teacher_logprobs.shape)}"
-        )
-
-
-# --------------------------------------------------------------------------- core math
+    _check_pair(student_logprobs, teacher_logprobs, "logprobs", "(batch, tokens)")
 
 
 def _reduce(per_token: torch.Tensor, mask: torch.Tensor, reduction: str) -> torch.Tensor:
