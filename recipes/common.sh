@@ -16,11 +16,13 @@ for arg in "$@"; do
   if [ "$arg" = "--dry-run" ]; then DRY_RUN=true; else OVERRIDES+=("$arg"); fi
 done
 
-# build_tasks NAME ENV_KWARGS_JSON [AGENT_LOOP] -> $DATA_DIR/NAME.parquet (one row per task)
+# build_tasks NAME ENV_KWARGS_JSON [VAL_AGENT_LOOP] -> $DATA_DIR/NAME.parquet (one row per task).
+# Rows name no loop (the config's default_agent_loop plays them) unless VAL_AGENT_LOOP is given for a
+# validation set played by the config's skl.val_agent_loop.
 build_tasks() {
   local out="$DATA_DIR/$1.parquet"
   if [ "$DRY_RUN" = false ] && [ ! -f "$out" ]; then
-    "$PYTHON" -m skl_verl.data --env "$ENV_NAME" --env-kwargs "$2" --agent-loop "${3:-skl_env}" --out "$out"
+    "$PYTHON" -m skl_verl.data --env "$ENV_NAME" --env-kwargs "$2" ${3:+--agent-loop "$3"} --out "$out"
   fi
 }
 

@@ -1,10 +1,18 @@
-"""A CPU stand-in for verl's rollout server, for machines without vLLM/SGLang.
+"""CPU stand-ins that let verl's real trainer (``python -m skl_verl.main``) run without GPUs.
 
-``HFGenerationClient`` implements the one method verl's agent loops call on
-``LLMServerClient`` — ``await generate(request_id, prompt_ids=..., sampling_params=...)``
-returning verl's own ``TokenOutput`` — on top of a Hugging Face model's ``generate``.
-Agent-loop code is therefore identical on CPU and GPU; only the server differs.
-It is a stand-in (named as such): no batching, no KV cache sharing, no weight sync.
+verl 0.9.1 ships no CPU platform and no CPU rollout server. This module adds both through verl's
+own extension points, never by editing verl:
+
+- a ``cpu`` platform in ``verl.plugin.platform.PlatformRegistry`` (gloo, no device memory calls);
+- rollout name ``hf``: ``HFRolloutReplica`` (``RolloutReplicaRegistry``) launches one Ray actor,
+  ``HFRolloutServer``, that serves verl's token-in/token-out ``generate`` with a Hugging Face
+  model, and ``HFServerAdapter`` (the hybrid-engine side inside ``ActorRolloutRefWorker``, looked
+  up in ``verl.workers.rollout.base._ROLLOUT_REGISTRY``) pushes the FSDP weights to it on
+  ``update_weights``, as vLLM's adapter does.
+
+``skl_verl.main`` selects it with ``trainer.device=cpu`` and loads this module in every Ray process
+through ``VERL_USE_EXTERNAL_MODULES`` (see ``activate``). It is a stand-in (named as such): one
+request at a time, no batching, no KV cache; the GPU path uses vLLM/SGLang unchanged.
 """
 
 from __future__ import annotations
@@ -14,10 +22,19 @@ import hashlib
 from typing import Any
 
 import torch
-from verl.workers.rollout.replica import TokenOutput
+import ray
+from verl.workers.rollout.base import BaseRollout
+from verl.workers.rollout.replica import RolloutReplica, RolloutReplicaRegistry, TokenOutput
 
 
 class HFGenerationClient:
+    """verl's ``generate`` interface (token ids in, ``TokenOutput`` out) on a Hugging Face model.
+
+    Besides sampling it honours ``prompt_logprobs`` like vLLM (``extra_fields["prompt_logprobs"]``:
+    one ``[log p]`` per prompt token after the first, plus a trailing pad), which loops use to score
+    teacher-forced responses, and it stamps ``extra_fields["global_steps"]`` with the weight version.
+    """
+
     def __init__(self, model: torch.nn.Module, tokenizer: Any, max_new_tokens: int, seed: int = 0):
         if max_new_tokens <= 0:
             raise ValueError("max_new_tokens must be positive")
@@ -26,6 +43,7 @@ class HFGenerationClient:
         self.max_new_tokens = max_new_tokens
         self.seed = seed
         self.num_requests = 0
+        self.global_steps: int | None = None
         self._calls_per_request: dict[str, int] = {}
         # generate() mutates the global torch RNG; one request at a time keeps sampling reproducible.
         self._lock = asyncio.Lock()
@@ -34,7 +52,7 @@ class HFGenerationClient:
         self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any], **_: Any
     ) -> TokenOutput:
         async with self._lock:
-            return self._generate(str(request_id), list(prompt_ids), dict(sampling_params))
+            return await asyncio.to_thread(self._generate, str(request_id), list(prompt_ids), dict(sampling_params))
 
     def _generate(self, request_id: str, prompt_ids: list[int], params: dict[str, Any]) -> TokenOutput:
         self.num_requests += 1
@@ -62,7 +80,10 @@ class HFGenerationClient:
         input_ids = torch.tensor([prompt_ids], dtype=torch.long, device=self.model.device)
         was_training = self.model.training
         self.model.eval()
+        extra_fields: dict[str, Any] = {"global_steps": self.global_steps}
         with torch.no_grad():
+            if params.get("prompt_logprobs") is not None:
+                extra_fields["prompt_logprobs"] = self._prompt_logprobs(input_ids)
             out = self.model.generate(input_ids=input_ids, attention_mask=torch.ones_like(input_ids), **kwargs)
         self.model.train(was_training)
         new_tokens = out.sequences[0, input_ids.shape[1] :].cpu().tolist()
@@ -72,7 +93,23 @@ class HFGenerationClient:
             chosen = torch.tensor(new_tokens, device=logits.device)[:, None]
             log_probs = torch.log_softmax(logits, dim=-1).gather(-1, chosen)[:, 0].cpu().tolist()
         finished = bool(new_tokens) and new_tokens[-1] in kwargs["eos_token_id"]
-        return TokenOutput(token_ids=new_tokens, log_probs=log_probs, stop_reason="completed" if finished else None)
+        return TokenOutput(
+            token_ids=new_tokens,
+            log_probs=log_probs,
+            stop_reason="completed" if finished else None,
+            extra_fields=extra_fields,
+        )
+
+    def _prompt_logprobs(self, input_ids: torch.Tensor) -> list[list[float]]:
+        """vLLM's ``prompt_logprobs=0`` layout: entry i is log p(prompt[i+1] | prompt[:i+1]); a pad ends it."""
+        logits = self.model(input_ids=input_ids).logits[0, :-1].float()
+        chosen = input_ids[0, 1:, None]
+        values = torch.log_softmax(logits, dim=-1).gather(-1, chosen)[:, 0].cpu().tolist()
+        return [[v] for v in values] + [[0.0]]
+
+    def load_weights(self, state: dict[str, torch.Tensor], global_steps: int | None) -> None:
+        self.model.load_state_dict(state)
+        self.global_steps = global_steps
 
 
 # --------------------------------------------------------------------------------------------------
@@ -205,3 +242,145 @@ def init_single_process_group() -> None:
             sock.bind(("127.0.0.1", 0))
             os.environ["MASTER_PORT"] = str(sock.getsockname()[1])
     dist.init_process_group(backend="gloo", rank=0, world_size=1)
+
+
+# --------------------------------------------------------------------------------------------------
+# Rollout name "hf": a replica, its server actor, and the hybrid-engine adapter that syncs weights.
+# --------------------------------------------------------------------------------------------------
+
+ROLLOUT_NAME = "hf"
+
+
+class HFRolloutServer:
+    """The server actor of one ``hf`` replica: verl's ``generate`` plus the control calls replicas make."""
+
+    def __init__(self, config: Any, model_config: Any, replica_rank: int):
+        enable_cpu_platform()
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        path = getattr(model_config, "local_path", None) or model_config.path
+        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=model_config.trust_remote_code)
+        model = AutoModelForCausalLM.from_pretrained(path, torch_dtype=torch.float32)
+        self.engine = HFGenerationClient(model, tokenizer, max_new_tokens=int(config.response_length), seed=int(config.seed or 0) + replica_rank)
+        self.replica_rank = replica_rank
+
+    async def generate(self, prompt_ids: list[int], sampling_params: dict[str, Any], request_id: str, **_: Any) -> TokenOutput:
+        return await self.engine.generate(request_id, prompt_ids=prompt_ids, sampling_params=sampling_params)
+
+    def update_weights(self, state: dict[str, torch.Tensor], global_steps: int | None) -> None:
+        self.engine.load_weights(state, global_steps)
+
+    def num_requests(self) -> int:
+        return self.engine.num_requests
+
+    # Memory and scheduling controls: nothing to free or pause for one CPU model.
+    async def wake_up(self): pass
+    async def sleep(self): pass
+    async def abort_all_requests(self, reject_request: bool = False): pass
+    async def resume_generation(self): pass
+    async def clear_kv_cache(self): pass
+    async def release_kv_cache(self): pass
+    async def resume_kv_cache(self): pass
+    async def start_profile(self, **kwargs): pass
+    async def stop_profile(self): pass
+
+
+def _server_name(replica_rank: int) -> str:
+    return f"{ROLLOUT_NAME}_server_{replica_rank}"
+
+
+class HFRolloutReplica(RolloutReplica):
+    """One ``HFRolloutServer`` per replica, on the CPUs of the hybrid worker's node."""
+
+    def rollout_worker_use_gpu(self) -> bool:
+        return False
+
+    async def launch_servers(self):
+        server = (
+            ray.remote(HFRolloutServer)
+            .options(name=_server_name(self.replica_rank), num_cpus=0, max_concurrency=self.max_concurrency)
+            .remote(self.config, self.model_config, self.replica_rank)
+        )
+        await server.num_requests.remote()  # returns once the model has loaded
+        self.servers = [server]
+        self._server_handle = server
+        self._server_address = f"ray://{_server_name(self.replica_rank)}"
+
+
+class HFServerAdapter(BaseRollout):
+    """Hybrid-engine side: the trainer's FSDP weights go to this rank's replica server."""
+
+    def __init__(self, config, model_config, device_mesh, *args, **kwargs):
+        super().__init__(config, model_config, device_mesh)
+        import os
+
+        cfg = self.config
+        world = cfg.tensor_model_parallel_size * cfg.data_parallel_size * cfg.pipeline_model_parallel_size
+        rank = int(os.environ.get("RANK", 0))
+        self.replica_rank, self.is_leader = rank // world, rank % world == 0
+        self._server = None
+
+    async def resume(self, tags: list[str]):
+        pass
+
+    async def release(self):
+        pass
+
+    async def update_weights(self, weights, wire_format: str = "named_tensors", global_steps: int | None = None, **kwargs):
+        if wire_format != "named_tensors":
+            raise NotImplementedError(f"the hf CPU rollout takes full named tensors, not {wire_format!r}")
+        # Every rank drains the generator: it may all-gather FSDP shards collectively.
+        state = {name: tensor.detach().to("cpu", copy=True) for name, tensor in weights}
+        if not self.is_leader:
+            return
+        if self._server is None:
+            self._server = ray.get_actor(_server_name(self.replica_rank))
+        await self._server.update_weights.remote(state, global_steps)
+
+
+def register_cpu_rollout() -> None:
+    """Make ``actor_rollout_ref.rollout.name=hf`` resolvable in this process (idempotent)."""
+    from verl.workers.rollout import base
+
+    RolloutReplicaRegistry.register(ROLLOUT_NAME, lambda: HFRolloutReplica)
+    # verl 0.9.1 has no public register function for the hybrid-engine side; this dict is its registry.
+    base._ROLLOUT_REGISTRY[(ROLLOUT_NAME, "async")] = f"{__name__}.HFServerAdapter"
+
+
+def _gloo_for_cpu_backend_strings() -> None:
+    """verl asks torch for ``cpu:gloo,<device>:<backend>``; on the cpu platform that is
+    ``cpu:gloo,cpu:gloo``, which torch rejects. Map exactly that string to ``gloo``."""
+    import torch.distributed as dist
+
+    if getattr(dist.init_process_group, "_skl_cpu", False):
+        return
+    original = dist.init_process_group
+
+    def init_process_group(*args, backend=None, **kwargs):
+        if backend == "cpu:gloo,cpu:gloo":
+            backend = "gloo"
+        return original(*args, backend=backend, **kwargs)
+
+    init_process_group._skl_cpu = True
+    dist.init_process_group = init_process_group
+
+
+CPU_ENV_VARS = {
+    "VERL_PLATFORM": "cpu",
+    # The FSDP LM engine is registered for devices ["cuda", "npu"] only but is device-agnostic.
+    "VERL_ENGINE_DEVICE": "cuda",
+    "VERL_USE_EXTERNAL_MODULES": __name__,
+}
+"""What every Ray process of a CPU run needs; ``skl_verl.main`` puts it in the Ray runtime env."""
+
+
+def activate() -> None:
+    """Everything a process of a CPU run needs: platform, gloo mapping, ``hf`` rollout."""
+    enable_cpu_platform()
+    _gloo_for_cpu_backend_strings()
+    register_cpu_rollout()
+
+
+if __import__("os").environ.get("VERL_PLATFORM") == "cpu":
+    # Imported by verl itself (VERL_USE_EXTERNAL_MODULES) in every process of a CPU run.
+    activate()

@@ -92,6 +92,8 @@ def multi_output_agent_loop_worker():
             outputs = output if isinstance(output, list) else [output]
             if not outputs:
                 raise ValueError(f"agent loop {agent_name!r} returned no output")
+            for other in outputs[:-1]:  # as verl's v1 worker does
+                other.extra_fields["reward_extra_info"] = outputs[-1].extra_fields["reward_extra_info"]
             return [await self._agent_loop_postprocess(o, trajectory["validate"], **kwargs) for o in outputs]
 
         def _postprocess(self, inputs, input_non_tensor_batch=None, validate=False):

@@ -10,17 +10,18 @@ import pandas as pd
 
 from envs import make_env
 
-DEFAULT_AGENT_LOOP = "skl_env"
-
-
 def env_rows(
     env_name: str,
     env_kwargs: dict[str, Any],
     task_ids: Iterable[str] | None = None,
-    agent_name: str = DEFAULT_AGENT_LOOP,
+    agent_name: str | None = None,
     data_source: str | None = None,
 ) -> list[dict[str, Any]]:
     """Rows naming the env and task in ``extra_info``; the agent loop builds the real prompt.
+
+    Rows name no agent loop: verl prefers a row's ``agent_name`` over the config's
+    ``rollout.agent.default_agent_loop``, so the config alone decides which loop trains. Only a
+    validation set played by another loop than training (``skl.val_agent_loop``) passes ``agent_name``.
 
     ``prompt`` holds a short placeholder message because RLHFDataset requires a prompt column.
     Task ids are checked against the env now, so a typo fails at dataset build, not mid-training.
@@ -35,10 +36,11 @@ def env_rows(
     if unknown:
         raise ValueError(f"{env_name}: unknown task ids {unknown[:5]}{'...' if len(unknown) > 5 else ''}")
     env_spec = json.dumps({"name": env_name, "kwargs": env_kwargs}, sort_keys=True)
+    loop = {} if agent_name is None else {"agent_name": agent_name}
     return [
         {
             "data_source": data_source or env_name,
-            "agent_name": agent_name,
+            **loop,
             "prompt": [{"role": "user", "content": f"Play {env_name} task {task_id}."}],
             "reward_model": {"style": "env", "ground_truth": ""},
             "extra_info": {
@@ -71,7 +73,7 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--env", required=True)
     parser.add_argument("--env-kwargs", default="{}", help="JSON kwargs for envs.make_env")
     parser.add_argument("--max-tasks", type=int, default=None)
-    parser.add_argument("--agent-loop", default=DEFAULT_AGENT_LOOP)
+    parser.add_argument("--agent-loop", default=None, help="only for a validation set played by skl.val_agent_loop")
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
     rows = env_rows(args.env, json.loads(args.env_kwargs), agent_name=args.agent_loop)[: args.max_tasks]

@@ -24,19 +24,69 @@ class ConfigError(ValueError):
     """A recipe config that cannot train; the message says which key and why."""
 
 
+# trainer.device=cpu: verl's real v1 trainer with the CPU stand-ins of skl_verl.cpu_backend. These
+# settings are what verl's engine needs on CPU: fsdp2 (FSDP1 insists on GPU module sync), sdpa attention
+# (no flash-attn), fp32 (no bf16 autocast), no torch.compile, no dynamic batching, the ``hf`` rollout
+# server, one logical GPU for verl's resource pool (its bundles hold CPUs) and enough logical CPUs for
+# TransferQueue's controller and storage actors.
+CPU_SETTINGS = {
+    "actor_rollout_ref.model.use_remove_padding": False,
+    "actor_rollout_ref.model.enable_gradient_checkpointing": False,
+    "actor_rollout_ref.model.override_config.attn_implementation": "sdpa",
+    "actor_rollout_ref.actor.strategy": "fsdp2",
+    "actor_rollout_ref.actor.use_dynamic_bsz": False,
+    "actor_rollout_ref.actor.use_torch_compile": False,
+    "actor_rollout_ref.actor.fsdp_config.use_torch_compile": False,
+    "actor_rollout_ref.actor.fsdp_config.mixed_precision": {"param_dtype": "fp32", "reduce_dtype": "fp32", "buffer_dtype": "fp32"},
+    "actor_rollout_ref.ref.fsdp_config.mixed_precision": {"param_dtype": "fp32", "reduce_dtype": "fp32", "buffer_dtype": "fp32"},
+    "actor_rollout_ref.rollout.name": "hf",
+    "actor_rollout_ref.rollout.free_cache_engine": False,
+    "actor_rollout_ref.rollout.tensor_model_parallel_size": 1,
+    "actor_rollout_ref.rollout.data_parallel_size": 1,
+    "actor_rollout_ref.rollout.pipeline_model_parallel_size": 1,
+    "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz": False,
+    "actor_rollout_ref.ref.log_prob_use_dynamic_bsz": False,
+    "trainer.n_gpus_per_node": 1,
+    "trainer.nnodes": 1,
+    "ray_kwargs.ray_init.num_gpus": 1,
+    "ray_kwargs.ray_init.num_cpus": 8,
+    "transfer_queue.backend.SimpleStorage.num_data_storage_units": 1,
+    "data.dataloader_num_workers": 0,
+}
+
+PROPAGATED_ENV_VARS = ("ALFWORLD_DATA", "WEBSHOP_URL", "WEBSHOP_GOALS_FILE", "STOCKFISH_PATH", "VERL_FILE_LOGGER_PATH",
+                       "TENSORBOARD_DIR")
+"""Environment variables of the launching shell that Ray's processes (envs, loggers) must see too."""
+
+
+def apply_cpu_settings(config: DictConfig) -> None:
+    """Point a config with ``trainer.device=cpu`` at the CPU stand-ins (see CPU_SETTINGS)."""
+    from skl_verl import cpu_backend
+
+    cpu_backend.activate()
+    with open_dict(config):
+        for key, value in CPU_SETTINGS.items():
+            OmegaConf.update(config, key, value, force_add=True, merge=False)
+        env_vars = config.ray_kwargs.ray_init.runtime_env.get("env_vars") or {}
+        env_vars.update(cpu_backend.CPU_ENV_VARS)
+        config.ray_kwargs.ray_init.runtime_env.env_vars = env_vars
+
+
 def prepare_config(config: DictConfig) -> DictConfig:
     """Fill in what every skl-verl run needs and check what a typo would silently break."""
     from verl.trainer.ppo import core_algos
 
     skl_verl.register(with_trainer=False)
     rollout = config.actor_rollout_ref.rollout
+    if config.trainer.device == "cpu":
+        apply_cpu_settings(config)
     with open_dict(config):
         if not rollout.agent.get("agent_loop_config_path"):
             rollout.agent.agent_loop_config_path = AGENT_LOOP_CONFIG
         runtime_env = config.ray_kwargs.ray_init.runtime_env
         runtime_env.worker_process_setup_hook = "skl_verl.register"
         env_vars = runtime_env.get("env_vars") or {}
-        for name in ("ALFWORLD_DATA", "WEBSHOP_URL", "WEBSHOP_GOALS_FILE", "STOCKFISH_PATH"):
+        for name in PROPAGATED_ENV_VARS:
             if name in os.environ:
                 env_vars[name] = os.environ[name]
         runtime_env.env_vars = env_vars
@@ -48,10 +98,10 @@ def prepare_config(config: DictConfig) -> DictConfig:
             f"algorithm.adv_estimator={estimator!r} is not registered; known: {sorted(core_algos.ADV_ESTIMATOR_REGISTRY)}"
         )
     needs_fields = getattr(core_algos.ADV_ESTIMATOR_REGISTRY[estimator], SAMPLE_FIELDS_ATTR, False)
-    if needs_fields:
-        mode = config.trainer.v1.trainer_mode
-        if mode not in ("sync", "skl_sync"):
-            raise ConfigError(f"estimator {estimator!r} needs trainer.v1.trainer_mode=skl_sync, got {mode!r}")
+    mode = config.trainer.v1.trainer_mode
+    if needs_fields and mode not in ("sync", "skl_sync"):
+        raise ConfigError(f"estimator {estimator!r} needs trainer.v1.trainer_mode=skl_sync, got {mode!r}")
+    if mode == "sync":  # skl_sync is verl's sync trainer plus our fields and env metrics
         with open_dict(config):
             config.trainer.v1.trainer_mode = "skl_sync"
 
@@ -63,11 +113,10 @@ def prepare_config(config: DictConfig) -> DictConfig:
         )
     loops = {entry.name for entry in OmegaConf.load(rollout.agent.agent_loop_config_path)}
     default_loop = rollout.agent.default_agent_loop
-    if default_loop not in loops:
-        raise ConfigError(
-            f"actor_rollout_ref.rollout.agent.default_agent_loop={default_loop!r} is not in "
-            f"{rollout.agent.agent_loop_config_path} (known: {sorted(loops)})"
-        )
+    for key, loop in (("actor_rollout_ref.rollout.agent.default_agent_loop", default_loop),
+                      ("skl.val_agent_loop", config.get("skl", {}).get("val_agent_loop") or default_loop)):
+        if loop not in loops:
+            raise ConfigError(f"{key}={loop!r} is not in {rollout.agent.agent_loop_config_path} (known: {sorted(loops)})")
     required_loop = {"skillrise": "skillrise", "skl_sd": "skl_sd", "skl_rl": "skl_rl"}.get(estimator)
     if required_loop and not str(default_loop).startswith(required_loop):
         raise ConfigError(
@@ -78,6 +127,37 @@ def prepare_config(config: DictConfig) -> DictConfig:
     if not 0 <= float(gamma) <= 1:
         raise ConfigError(f"algorithm.skillrise.gamma={gamma} must lie in [0, 1]")
     return config
+
+
+def dataset_agent_loops(path: str) -> set[str]:
+    """The ``agent_name`` values a parquet dataset's rows carry (empty when it has no such column)."""
+    import pyarrow.parquet as pq
+
+    if "agent_name" not in pq.read_schema(path).names:
+        return set()
+    return {str(v) for v in pq.read_table(path, columns=["agent_name"]).column("agent_name").to_pylist() if v}
+
+
+def check_dataset_loops(config: DictConfig) -> None:
+    """verl plays a row with its ``agent_name`` loop whatever the config says; refuse a dataset whose
+    rows name another loop than the one the config trains (or validates) with."""
+    rollout_agent = config.actor_rollout_ref.rollout.agent
+    expected = {
+        "train_files": rollout_agent.default_agent_loop,
+        "val_files": config.get("skl", {}).get("val_agent_loop") or rollout_agent.default_agent_loop,
+    }
+    for key, loop in expected.items():
+        files = config.data.get(key)
+        for path in [files] if isinstance(files, str) else list(files or []):
+            if not os.path.exists(path):
+                continue
+            other = dataset_agent_loops(path) - {loop}
+            if other:
+                which = "actor_rollout_ref.rollout.agent.default_agent_loop" if key == "train_files" else "skl.val_agent_loop"
+                raise ConfigError(
+                    f"data.{key}: {path} names agent loop(s) {sorted(other)} in its rows, but {which} is {loop!r}; "
+                    "verl would run the rows' loop. Rebuild the dataset (the recipe's run script does) or fix the config."
+                )
 
 
 def check_data_files(config: DictConfig) -> list[str]:
@@ -98,6 +178,7 @@ def main(config: DictConfig) -> None:
 
     config = prepare_config(config)
     problems = check_data_files(config)
+    check_dataset_loops(config)
     # verl's own checks (batch sizes vs GPUs, micro/mini batch divisibility) need no GPU to run.
     validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
     if config.get("skl", {}).get("dry_run", False):

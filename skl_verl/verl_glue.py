@@ -280,8 +280,11 @@ def loss_term_metrics(data: DataProto) -> dict[str, float]:
 def compute_advantage(data: DataProto, algorithm_config: Any) -> DataProto:
     """Fill ``advantages``/``returns`` in ``data`` with the configured estimator.
 
-    Our estimators get ``sample_fields`` from ``data.non_tensor_batch``; any other name goes to
-    verl's own ``compute_advantage`` unchanged (so ``grpo``, ``gae``, ... behave exactly as in verl).
+    Our estimators get ``sample_fields`` from ``data.non_tensor_batch``, the old and reference
+    log-probs when the batch has them, and only the live rows: a row whose response mask is all zero
+    (verl's batch padding, a sample whose env failed before any turn) gets zero advantage and joins no
+    group, no mean and no normalisation. Any other name goes to verl's own ``compute_advantage``
+    unchanged (so ``grpo``, ``gae``, ... behave exactly as in verl).
     """
     from verl.trainer.ppo.ray_trainer import compute_advantage as verl_compute_advantage
 
@@ -292,17 +295,21 @@ def compute_advantage(data: DataProto, algorithm_config: Any) -> DataProto:
     if fn is None or not getattr(fn, SAMPLE_FIELDS_ATTR, False):
         norm_by_std = algorithm_config.get("norm_adv_by_std_in_grpo", True)
         return verl_compute_advantage(data, adv_estimator=name, norm_adv_by_std_in_grpo=norm_by_std, config=algorithm_config)
-    fields = {k: v for k, v in data.non_tensor_batch.items() if k.startswith("skl_")}
+    live = data.batch["response_mask"].bool().any(dim=1)
+    rows = data if bool(live.all()) else data.select_idxs(live.numpy())
+    optional = {"old_log_probs": "old_log_probs", "ref_log_probs": "ref_log_prob"}
     advantages, returns = fn(
-        token_level_rewards=data.batch["token_level_rewards"],
-        response_mask=data.batch["response_mask"],
+        token_level_rewards=rows.batch["token_level_rewards"],
+        response_mask=rows.batch["response_mask"],
         config=algorithm_config,
-        index=data.non_tensor_batch.get("uid"),
-        sample_fields=fields,
-        old_log_probs=data.batch["old_log_probs"] if "old_log_probs" in data.batch.keys() else None,
+        index=rows.non_tensor_batch.get("uid"),
+        sample_fields={k: v for k, v in rows.non_tensor_batch.items() if k.startswith("skl_")},
+        **{arg: rows.batch[key] if key in rows.batch.keys() else None for arg, key in optional.items()},
     )
-    data.batch["advantages"] = advantages
-    data.batch["returns"] = returns
+    data.batch["advantages"] = torch.zeros_like(data.batch["response_mask"], dtype=torch.float32)
+    data.batch["returns"] = torch.zeros_like(data.batch["response_mask"], dtype=torch.float32)
+    data.batch["advantages"][live] = advantages.to(torch.float32)
+    data.batch["returns"][live] = returns.to(torch.float32)
     return data
 
 
@@ -382,43 +389,86 @@ def register(with_trainer: bool = True) -> None:
 
 
 def _register_trainer() -> None:
+    from tensordict import TensorDict
+    from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_add_to_batch
     from verl.trainer.ppo.v1 import PPOTrainerSync, register_trainer
     from verl.trainer.ppo.v1.trainer_base import apply_kl_penalty, tq
     from verl.workers.utils.padding import response_to_nested
-    from tensordict import TensorDict
 
     @register_trainer("skl_sync")
     class SklPPOTrainerSync(PPOTrainerSync):
-        """verl's synchronous trainer; estimators flagged ``wants_sample_fields`` also get our fields."""
+        """verl's synchronous trainer, changed only in the advantage step: it logs our per-episode
+        ``env/*`` metrics, and estimators flagged ``wants_sample_fields`` get our per-sample fields (and
+        old/reference log-probs), with verl's padding rows left out of estimators and metrics and
+        ``rm_scores`` set to each sample's own score (verl gives every output of a multi-output loop
+        the last one's reward, which its score/reward metrics would report)."""
+
+        # verl branches on ``trainer_mode == "sync"`` (replay buffer, refill, checkpoints, prompt
+        # submission); this trainer *is* the sync trainer, whatever name selected it.
+        @property
+        def trainer_mode(self) -> str:
+            return "sync"
+
+        @trainer_mode.setter
+        def trainer_mode(self, _name: str) -> None:
+            pass
 
         def _compute_advantage(self, batch, metrics):
-            name = self.config.algorithm.adv_estimator
-            fn = core_algos.ADV_ESTIMATOR_REGISTRY.get(name)
+            algorithm = self.config.algorithm
+            real = np.array([not tag.get("is_padding", False) for tag in batch.tags], dtype=bool)
+            fn = core_algos.ADV_ESTIMATOR_REGISTRY.get(algorithm.adv_estimator)
             if fn is None or not getattr(fn, SAMPLE_FIELDS_ATTR, False):
-                return super()._compute_advantage(batch, metrics)
-            fields = ["uid", "response_mask", "rm_scores", "old_log_probs", "extra_fields"]
+                batch = super()._compute_advantage(batch, metrics)
+                fields = ["uid", "response_mask", "extra_fields"]
+                data = batch_to_dataproto(tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields))
+                metrics.update(episode_metrics(data.select_idxs(real).non_tensor_batch))
+                return batch
+            fields = ["uid", "response_mask", "rm_scores", "rollout_log_probs", "old_log_probs", "ref_log_prob", "extra_fields"]
             data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
-            response_mask = data["response_mask"]
-            extras = list(data.pop("extra_fields").tolist())
-            uid = np.array(data.pop("uid").tolist(), dtype=object)
-            data = DataProto(batch=data.to_padded_tensor())
-            data.non_tensor_batch["uid"] = uid
-            for key in {k for extra in extras for k in extra if k.startswith("skl_")}:
-                column = np.empty(len(extras), dtype=object)
-                column[:] = [extra.get(key) for extra in extras]
-                data.non_tensor_batch[key] = column
-            set_token_level_scores(data)
-            if self.config.algorithm.use_kl_in_reward:
-                data, kl_metrics = apply_kl_penalty(
-                    data, kl_ctrl=self.kl_ctrl_in_reward, kl_penalty=self.config.algorithm.kl_penalty
-                )
+            data = batch_to_dataproto(data)
+            rows = data.select_idxs(real)  # padding rows copy sample 0's fields: keep them out of every group
+            set_token_level_scores(rows)
+            if algorithm.use_kl_in_reward:
+                rows, kl_metrics = apply_kl_penalty(rows, kl_ctrl=self.kl_ctrl_in_reward, kl_penalty=algorithm.kl_penalty)
                 metrics.update(kl_metrics)
-            data = compute_advantage(data, self.config.algorithm)
-            metrics.update(episode_metrics(data.non_tensor_batch))
-            metrics.update(loss_term_metrics(data))
-            out = {f: response_to_nested(data.batch[f], response_mask) for f in ("advantages", "returns")}
-            if self.config.algorithm.use_kl_in_reward:
-                out["token_level_rewards"] = response_to_nested(data.batch["token_level_rewards"], response_mask)
-            return tq.kv_batch_put(
-                keys=batch.keys, partition_id=batch.partition_id, fields=TensorDict(out, batch_size=len(batch))
-            )
+            else:
+                rows.batch["token_level_rewards"] = rows.batch["token_level_scores"]
+            # verl's rollout correction step, as in its own _compute_advantage (decoupled mode only).
+            correction = algorithm.get("rollout_correction", None)
+            correct = correction is not None and "rollout_log_probs" in rows.batch.keys() and not correction.get("bypass_mode", False)
+            if correct:
+                rows, is_metrics = compute_rollout_correction_and_add_to_batch(rows, correction)
+                metrics.update(is_metrics)
+            rows = compute_advantage(rows, algorithm)
+            metrics.update(episode_metrics(rows.non_tensor_batch))
+            metrics.update(loss_term_metrics(rows))
+
+            written = ["advantages", "returns", "token_level_rewards", "rm_scores"]
+            rows.batch["rm_scores"] = rows.batch["token_level_scores"]
+            if correct:
+                written.append("response_mask")
+                if "rollout_is_weights" in rows.batch.keys():
+                    written.append("rollout_is_weights")
+            out = {}
+            for name in written:
+                full = torch.ones_like(data.batch["response_mask"], dtype=torch.float32) if name == "rollout_is_weights" else None
+                full = torch.zeros_like(data.batch["response_mask"], dtype=rows.batch[name].dtype) if full is None else full
+                full[torch.as_tensor(real)] = rows.batch[name]
+                if name == "response_mask":
+                    full[torch.as_tensor(~real)] = data.batch["response_mask"][torch.as_tensor(~real)]
+                out[name] = response_to_nested(full, data.batch["response_mask"])
+            return tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=TensorDict(out, batch_size=len(batch)))
+
+
+def batch_to_dataproto(data) -> DataProto:
+    """A TransferQueue fetch (nested tensors, ``uid``, ``extra_fields``) as a padded ``DataProto`` whose
+    non-tensor batch holds ``uid`` and one column per ``skl_*`` key of the samples' extra fields."""
+    extras = list(data.pop("extra_fields").tolist())
+    uid = np.array(data.pop("uid").tolist(), dtype=object)
+    proto = DataProto(batch=data.to_padded_tensor())
+    proto.non_tensor_batch["uid"] = uid
+    for key in sorted({k for extra in extras for k in extra if k.startswith("skl_")}):
+        column = np.empty(len(extras), dtype=object)
+        column[:] = [extra.get(key) for extra in extras]
+        proto.non_tensor_batch[key] = column
+    return proto

@@ -31,7 +31,8 @@ class ThreeStagePolicy:
         else:
             text = "<knowledge>first impression</knowledge>"
         ids = self.tokenizer(text, add_special_tokens=False)["input_ids"] + [self.tokenizer.eos_token_id]
-        return TokenOutput(token_ids=ids, log_probs=[-1.0] * len(ids))
+        scored = {"prompt_logprobs": [[-1.0]] * len(prompt_ids)} if "prompt_logprobs" in sampling_params else {}
+        return TokenOutput(token_ids=ids, log_probs=[-1.0] * len(ids), extra_fields={"global_steps": 0, **scored})
 
 
 def play(tmp_path, model_dir, agent_name, monkeypatch):

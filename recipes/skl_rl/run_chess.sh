@@ -14,7 +14,7 @@ DEFAULT_MODEL=Qwen/Qwen2.5-7B-Instruct
 source "$RECIPE_DIR/../common.sh"
 PUZZLES=${PUZZLES:-data/chess_puzzles/puzzles.csv}
 EXPERT=${EXPERT:-1_2}
-build_tasks chess_train "{\"csv_path\": \"$PUZZLES\", \"max_rating\": 1000, \"split\": \"train\"}" skl_stateful
+build_tasks chess_train "{\"csv_path\": \"$PUZZLES\", \"max_rating\": 1000, \"split\": \"train\"}"
 build_tasks chess_test "{\"csv_path\": \"$PUZZLES\", \"max_rating\": 1000, \"split\": \"test\"}" skl_stateful
 if [ "$CONFIG" = skl_rl_chess ]; then
   OVERRIDES=("actor_rollout_ref.rollout.agent.default_agent_loop=skl_rl_chess_expert_$EXPERT" "${OVERRIDES[@]+"${OVERRIDES[@]}"}")

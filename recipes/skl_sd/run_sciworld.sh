@@ -8,10 +8,10 @@ RECIPE_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 DEFAULT_MODEL=Qwen/Qwen2.5-7B-Instruct
 source "$RECIPE_DIR/../common.sh"
 if [ "$CONFIG" = grpo_sciworld ]; then
-  build_tasks sciworld_plain_train '{"split": "train", "max_steps": 50}' skl_env
-  build_tasks sciworld_plain_val '{"split": "test", "max_steps": 50}' skl_env
+  build_tasks sciworld_plain_train '{"split": "train", "max_steps": 50}'
+  build_tasks sciworld_plain_val '{"split": "test", "max_steps": 50}'
 else
-  build_tasks sciworld_train '{"split": "train", "max_steps": 50}' skl_sd
+  build_tasks sciworld_train '{"split": "train", "max_steps": 50}'
   build_tasks sciworld_val '{"split": "test", "max_steps": 50}' skl_stateful
 fi
 train

@@ -9,10 +9,10 @@ DEFAULT_MODEL=Qwen/Qwen2.5-7B-Instruct
 source "$RECIPE_DIR/../common.sh"
 export WEBSHOP_URL=${WEBSHOP_URL:-http://127.0.0.1:3000}
 if [ "$CONFIG" = grpo_webshop ]; then
-  build_tasks webshop_plain_train '{"split": "train"}' skl_env
-  build_tasks webshop_plain_val '{"split": "test"}' skl_env
+  build_tasks webshop_plain_train '{"split": "train"}'
+  build_tasks webshop_plain_val '{"split": "test"}'
 else
-  build_tasks webshop_train '{"split": "train"}' skl_sd
+  build_tasks webshop_train '{"split": "train"}'
   build_tasks webshop_val '{"split": "test"}' skl_stateful
 fi
 train

@@ -66,6 +66,8 @@ class EpisodeResult:
     """The env's StepResult for the latest valid-format turn (None after a format error)."""
     """Stateful loops: per env step, the state key and the knowledge z the action was based on."""
     metrics: dict[str, float] = field(default_factory=dict)
+    weight_versions: list[int] = field(default_factory=list)
+    """The rollout weights' ``global_steps`` of every generation in the episode (verl's staleness tags)."""
 
 
 @dataclass
@@ -76,6 +78,7 @@ class TokenStream:
     token_ids: list[int]
     response_mask: list[int]
     logprobs: list[float] | None
+    weight_versions: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -117,11 +120,15 @@ class EnvAgentLoop(AgentLoopBase):
         invalid_format_penalty: float = 0.1,
         env_step_timeout_s: float = 60.0,
         system_prompt: str = DEFAULT_SYSTEM_PROMPT,
+        max_tokens_per_turn: int | None = None,
         **kwargs: Any,
     ):
         super().__init__(*args, **kwargs)
         if max_turns <= 0:
             raise ValueError("max_turns must be positive")
+        if max_tokens_per_turn is not None and max_tokens_per_turn <= 0:
+            raise ValueError("max_tokens_per_turn must be positive (or null for no per-turn cap)")
+        self.max_tokens_per_turn = max_tokens_per_turn
         if invalid_format_penalty < 0:
             raise ValueError("invalid_format_penalty is a penalty: give it as a non-negative number")
         self.max_turns = max_turns
@@ -130,8 +137,11 @@ class EnvAgentLoop(AgentLoopBase):
         self.env_step_timeout_s = env_step_timeout_s
         self.system_prompt = system_prompt
         self.response_length = self.rollout_config.response_length
+        self.trainer_step = 0
+        """The trainer's ``global_steps`` for this run (verl passes it to ``run``)."""
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
+        self.trainer_step = int(kwargs.get("global_steps") or 0)
         extra_info = kwargs.get("extra_info")
         env_name, env_kwargs, task_id = parse_env_spec(extra_info)
         self.prepare_episode(extra_info)
@@ -194,7 +204,10 @@ class EnvAgentLoop(AgentLoopBase):
         episode = EpisodeResult(prompt_ids, [], [], None, messages, failed=failure, task_text=first_turn)
         if failure:
             logger.warning("episode failed: %s", failure)
+            # One masked token, and a log-prob when the batch carries them: every sample of a batch
+            # must have the same fields, or TransferQueue drops the field for all of them.
             episode.response_ids, episode.response_mask = [self.tokenizer.eos_token_id], [0]
+            episode.response_logprobs = [0.0] if sampling_params.get("logprobs") else None
             return episode
         stream = TokenStream(messages, list(prompt_ids), [], [] if sampling_params.get("logprobs") else None)
         context = TurnContext(env, stream, request_id, sampling_params, timing)
@@ -218,6 +231,7 @@ class EnvAgentLoop(AgentLoopBase):
         episode.prompt_ids = stream.token_ids[: len(stream.token_ids) - len(stream.response_mask)]
         episode.response_mask = stream.response_mask
         episode.response_logprobs = stream.logprobs
+        episode.weight_versions = stream.weight_versions
         episode.metrics = {"generate_s": timing.get("generate_sequences", 0.0), "env_s": timing.get("env_step", 0.0)}
         return episode
 
@@ -235,14 +249,18 @@ class EnvAgentLoop(AgentLoopBase):
     async def generate(self, context: "TurnContext") -> str | None:
         """One assistant message, trained on (response_mask 1); None when over the response budget."""
         stream = context.stream
+        # Never sample past what the response budget can keep, nor past the per-turn cap.
+        budget = self.response_length - len(stream.response_mask)
+        params = {**context.sampling_params, "max_tokens": min(budget, self.max_tokens_per_turn or budget)}
         with simple_timer("generate_sequences", context.timing):
             output = await self.server_manager.generate(
-                request_id=context.request_id, prompt_ids=stream.token_ids, sampling_params=context.sampling_params
+                request_id=context.request_id, prompt_ids=stream.token_ids, sampling_params=params
             )
         merged, stream.response_mask, stream.logprobs = await self.ct_merge_assistant_token(
             stream.token_ids, output.token_ids, stream.response_mask, stream.logprobs, assistant_logprobs=output.log_probs
         )
         stream.token_ids = merged.token_ids
+        stream.weight_versions.extend(weight_versions(output))
         text = self.tokenizer.decode(output.token_ids, skip_special_tokens=True)
         stream.messages.append({"role": "assistant", "content": text})
         return text if len(stream.response_mask) < self.response_length else None
@@ -289,6 +307,27 @@ class EnvAgentLoop(AgentLoopBase):
             call = functools.partial(fn, *args, **kwargs)
             return await asyncio.wait_for(loop.run_in_executor(None, call), timeout=self.env_step_timeout_s)
 
+    def weight_version_fields(self, versions: list[int]) -> dict[str, int]:
+        """verl's staleness tags (``min/max_global_steps``), which its v1 trainer requires on every
+        sample. A sample without any generation (a failed reset, a teacher-forced target built from
+        text) is tagged with the weights of this rollout step: those of the previous update."""
+        versions = versions or [max(self.trainer_step - 1, 0)]
+        return {"min_global_steps": min(versions), "max_global_steps": max(versions)}
+
+    async def score_response(
+        self, prompt_ids: list[int], response_ids: list[int], request_id: str, sampling_params: dict[str, Any]
+    ) -> tuple[list[float] | None, list[int]]:
+        """Rollout log-probs of a response the policy did not sample (a teacher-forced target), from the
+        server's prompt log-probs as vLLM reports them; (None, []) when the batch carries no log-probs."""
+        if not sampling_params.get("logprobs"):
+            return None, []
+        params = {**sampling_params, "logprobs": False, "prompt_logprobs": 0, "max_tokens": 1}
+        output = await self.server_manager.generate(
+            request_id=request_id, prompt_ids=list(prompt_ids) + list(response_ids), sampling_params=params
+        )
+        scored = output.extra_fields["prompt_logprobs"]  # entry i scores token i + 1
+        return [float(scored[len(prompt_ids) + t - 1][0]) for t in range(len(response_ids))], weight_versions(output)
+
     def to_output(self, episode: EpisodeResult, reward: float, fields: dict[str, Any]) -> AgentLoopOutput:
         n = self.response_length
         extra = dict(fields)
@@ -303,6 +342,9 @@ class EnvAgentLoop(AgentLoopBase):
                 "skl_failed": episode.failed or "",
                 sf.SCORE: reward,
                 **{k: type(v)() for k, v in VERL_EXTRA_DEFAULTS.items()},
+                **self.weight_version_fields(episode.weight_versions),
+                # verl's validation reports reward_extra_info keys per data source (val-aux/...).
+                "reward_extra_info": {"success": float(episode.won)},
             }
         )
         return AgentLoopOutput(
@@ -322,16 +364,24 @@ VERL_EXTRA_DEFAULTS = {"turn_scores": [], "tool_rewards": [], "reward_extra_info
 returns several outputs); fresh copies are made per sample."""
 
 
+def weight_versions(output: Any) -> list[int]:
+    """The rollout weights' version a ``TokenOutput`` was generated with (``[]`` when the server gives none)."""
+    version = output.extra_fields.get("global_steps")
+    return [] if version is None else [int(version)]
+
+
 def single_turn_output(
     prompt_ids: list[int],
     response_ids: list[int],
     score: float,
     fields: dict[str, Any],
-    logprobs: list[float] | None = None,
+    logprobs: list[float] | None,
+    version_fields: dict[str, int],
     num_turns: int = 3,
 ) -> AgentLoopOutput:
-    """One prompt -> one trained reply (curations, reflections, distillation samples and probes)."""
-    extra = {**{k: type(v)() for k, v in VERL_EXTRA_DEFAULTS.items()}, **fields, sf.SCORE: score}
+    """One prompt -> one trained reply (curations, reflections, distillation samples and probes).
+    ``version_fields`` come from ``EnvAgentLoop.weight_version_fields``."""
+    extra = {**{k: type(v)() for k, v in VERL_EXTRA_DEFAULTS.items()}, **fields, **version_fields, sf.SCORE: score}
     return AgentLoopOutput(
         prompt_ids=prompt_ids,
         response_ids=response_ids,

@@ -18,7 +18,14 @@ from typing import Any
 from verl.experimental.agent_loop.agent_loop import AgentLoopOutput, register
 
 from skl_verl import sample_fields as sf
-from skl_verl.agent_loops.env_loop import EnvAgentLoop, EpisodeResult, _trajectory_id, single_turn_output, stable_seed
+from skl_verl.agent_loops.env_loop import (
+    EnvAgentLoop,
+    EpisodeResult,
+    _trajectory_id,
+    single_turn_output,
+    stable_seed,
+    weight_versions,
+)
 from skl_verl.env_pool import ENV_POOL
 from skl_verl.parsing import TagActionParser
 from skl_verl.skillrise import prompts
@@ -64,6 +71,7 @@ class SkillRiseAgentLoop(EnvAgentLoop):
         self.document_parser = TagActionParser(tags=("skill",), max_action_chars=max_document_words * 20)
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> list[AgentLoopOutput]:
+        self.trainer_step = int(kwargs.get("global_steps") or 0)
         env_name, env_kwargs, sequence_id, task_ids, stop_after_success = parse_sequence_spec(kwargs.get("extra_info"))
         trial_id = _trajectory_id(kwargs)
         document = prompts.EMPTY_DOCUMENT
@@ -89,6 +97,14 @@ class SkillRiseAgentLoop(EnvAgentLoop):
                         document, episode, sampling_params, trial_id, sequence_id, position, task_id
                     )
                     outputs.append(curated)
+        # verl's validation reads only a session's last output (v1 copies its reward_extra_info to the
+        # others); this summary makes it report every solve: Pass@1 over all tasks and per position.
+        won = [float(o.extra_fields["skl_won"]) for o in outputs if o.extra_fields[sf.PHASE] == "solve"]
+        summary = {"solve_success": sum(won) / len(won)}
+        if not stop_after_success:
+            summary.update({f"solve_success@{k}": w for k, w in enumerate(won)})
+        for output in outputs:
+            output.extra_fields["reward_extra_info"] = dict(summary)
         return outputs
 
     def _fields(self, trial_id: str, sequence_id: str, position: int, phase: str, task_id: str) -> dict[str, Any]:
@@ -155,4 +171,5 @@ class SkillRiseAgentLoop(EnvAgentLoop):
                 "skl_document_words": prompts.document_words(new_document),
             }
         )
-        return new_document, single_turn_output(prompt_ids, response_ids, score, fields, output.log_probs)
+        versions = self.weight_version_fields(weight_versions(output))
+        return new_document, single_turn_output(prompt_ids, response_ids, score, fields, output.log_probs, versions)

@@ -144,19 +144,16 @@ class SklRlAgentLoop(StatefulAgentLoop):
         if self.distill_kind == "forward":
             for position, record in enumerate(records):
                 if record.get("refined_knowledge") and record["context_tokens"] <= len(stream):
-                    outputs.append(self._distill_sample(trace, record, position, stream[: record["context_tokens"]]))
+                    context = stream[: record["context_tokens"]]
+                    outputs.append(await self._distill_sample(trace, record, position, context, sampling_params))
         else:
             for position, messages in self._teacher_contexts:
                 record = records[position]
                 if record.get("knowledge_end") and record["knowledge_end"] <= len(stream):
-                    outputs.append(await self._teacher_probe(trace, record, position, messages, stream))
-        if len(outputs) > 1:
-            # Teacher-forced samples have no rollout log-probs and verl needs all or none in a batch;
-            # the trainer recomputes old log-probs anyway.
-            trace.response_logprobs = None
+                    outputs.append(await self._teacher_probe(trace, record, position, messages, stream, sampling_params))
         return outputs
 
-    async def _teacher_probe(self, trace, record: dict[str, Any], position: int, messages, stream: list[int]):
+    async def _teacher_probe(self, trace, record: dict[str, Any], position: int, messages, stream: list[int], sampling_params):
         """The student's z tokens as a response to the teacher context; scored, never trained."""
         z_ids = stream[record["context_tokens"] : record["knowledge_end"]]
         offset = len(trace.prompt_ids)
@@ -166,9 +163,11 @@ class SklRlAgentLoop(StatefulAgentLoop):
             # Where z sits in the trace's response: the estimator aligns the two samples' log-probs by it.
             "skl_z_span": [record["context_tokens"] - offset, record["knowledge_end"] - offset],
         }
-        return single_turn_output(await self.ct_build_initial_tokens(messages), z_ids, 0.0, fields, num_turns=2)
+        prompt_ids = await self.ct_build_initial_tokens(messages)
+        logprobs, versions = await self.score_response(prompt_ids, z_ids, f"{fields[sf.TRAJECTORY_ID]}:probe{position}", sampling_params)
+        return single_turn_output(prompt_ids, z_ids, 0.0, fields, logprobs, self.weight_version_fields(versions), num_turns=2)
 
-    def _distill_sample(self, trace: AgentLoopOutput, record: dict[str, Any], position: int, context_ids: list[int]):
+    async def _distill_sample(self, trace: AgentLoopOutput, record: dict[str, Any], position: int, context_ids: list[int], sampling_params):
         target = f"<knowledge>{record['refined_knowledge']}</knowledge>"
         response_ids = self.tokenizer(target, add_special_tokens=False)["input_ids"] + [self.tokenizer.eos_token_id]
         response_ids = response_ids[: self.response_length]
@@ -177,7 +176,9 @@ class SklRlAgentLoop(StatefulAgentLoop):
             sf.POSITION: position, sf.PHASE: "distill", sf.TOKEN_CREDIT: None, "skl_distill_state": record["state_key"],
         }
         # Long histories are left-truncated to rollout.prompt_length, as verl does for any prompt.
-        return single_turn_output(self._cap_text_prompt_length(context_ids), response_ids, 0.0, fields, num_turns=2)
+        prompt_ids = self._cap_text_prompt_length(context_ids)
+        logprobs, versions = await self.score_response(prompt_ids, response_ids, f"{fields[sf.TRAJECTORY_ID]}:distill{position}", sampling_params)
+        return single_turn_output(prompt_ids, response_ids, 0.0, fields, logprobs, self.weight_version_fields(versions), num_turns=2)
 
     def episode_fields(self, episode: EpisodeResult) -> dict[str, Any]:
         steps = episode.knowledge_steps

@@ -22,7 +22,14 @@ from typing import Any
 from verl.experimental.agent_loop.agent_loop import AgentLoopOutput, register
 
 from skl_verl import sample_fields as sf
-from skl_verl.agent_loops.env_loop import EpisodeResult, _trajectory_id, parse_env_spec, single_turn_output, stable_seed
+from skl_verl.agent_loops.env_loop import (
+    EpisodeResult,
+    _trajectory_id,
+    parse_env_spec,
+    single_turn_output,
+    stable_seed,
+    weight_versions,
+)
 from skl_verl.agent_loops.stateful_loop import StatefulAgentLoop
 from skl_verl.env_pool import ENV_POOL
 from skl_verl.skl import prompts
@@ -90,7 +97,7 @@ class SklSdAgentLoop(StatefulAgentLoop):
         env_name, env_kwargs, task_id = parse_env_spec(extra_info)
         env_key = f"{env_name}:{sorted(env_kwargs.items())}"
         buffer, table = experience_memory(env_key)
-        epoch = int(kwargs.get("global_steps") or 0)
+        epoch = self.trainer_step = int(kwargs.get("global_steps") or 0)
         trial = _trajectory_id(kwargs)
         self.prefilled = {}
         outputs: list[AgentLoopOutput] = []
@@ -173,7 +180,8 @@ class SklSdAgentLoop(StatefulAgentLoop):
             sf.TOKEN_CREDIT: None, "skl_keep": False, "skl_reflect_error": parsed.error or "",
             "skl_rollouts_used": len(rollouts),
         }
-        sample = single_turn_output(prompt_ids, response_ids, 0.0, fields, output.log_probs)
+        versions = self.weight_version_fields(weight_versions(output))
+        sample = single_turn_output(prompt_ids, response_ids, 0.0, fields, output.log_probs, versions)
         return sample, parsed.action if parsed.ok else None
 
     def _persist(self, env_key: str, buffer: ReplayBuffer, table: KnowledgeTable) -> None:

@@ -19,14 +19,14 @@ from skl_verl.skillrise.sequences import TaskSequence, build_sequences, retry_se
 
 
 def sequence_rows(
-    env_name: str, env_kwargs: dict[str, Any], sequences: Sequence[TaskSequence], agent_name: str = "skillrise",
-    stop_after_success: bool = False,
+    env_name: str, env_kwargs: dict[str, Any], sequences: Sequence[TaskSequence], stop_after_success: bool = False,
 ) -> list[dict[str, Any]]:
+    """One row per sequence. No ``agent_name``: the config's ``default_agent_loop`` (skillrise, or
+    skillrise_no_curation for the ablation) decides which loop plays it."""
     env_spec = json.dumps({"name": env_name, "kwargs": env_kwargs}, sort_keys=True)
     return [
         {
             "data_source": f"{env_name}/skillrise",
-            "agent_name": agent_name,
             "prompt": [{"role": "user", "content": f"Play {env_name} sequence {seq.sequence_id}."}],
             "reward_model": {"style": "env", "ground_truth": ""},
             "extra_info": {
@@ -50,7 +50,6 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--retry", type=int, default=0, help="Pass@k data: repeat each task this many times")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max-sequences", type=int, default=None)
-    parser.add_argument("--agent-loop", default="skillrise", help="skillrise | skillrise_no_curation")
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
     env_kwargs = json.loads(args.env_kwargs)
@@ -63,7 +62,7 @@ def main(argv: list[str] | None = None) -> str:
     sequences = sequences[: args.max_sequences]
     if not sequences:
         raise SystemExit(f"no sequence of {args.k} tasks could be formed from {len(tasks)} tasks of {args.env}")
-    rows = sequence_rows(args.env, env_kwargs, sequences, agent_name=args.agent_loop, stop_after_success=bool(args.retry))
+    rows = sequence_rows(args.env, env_kwargs, sequences, stop_after_success=bool(args.retry))
     path = write_parquet(rows, args.out)
     families = sorted({s.family for s in sequences})
     print(f"wrote {len(rows)} sequences ({', '.join(families)}) of {len(sequences[0].task_ids)} tasks to {path}")

@@ -148,6 +148,7 @@ def run_rollouts(args, env_kwargs: dict[str, Any], sequences, tokenizer, client,
             f"data.max_response_length={args.max_response_length}",
             f"actor_rollout_ref.rollout.val_kwargs.temperature={args.temperature}",
             "actor_rollout_ref.rollout.val_kwargs.do_sample=true",
+            "actor_rollout_ref.rollout.agent.default_agent_loop=skillrise",
             *args.overrides,
         ]
     )
