@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import threading
 from typing import Any
 
 import torch
@@ -46,15 +47,19 @@ class HFGenerationClient:
         self.global_steps: int | None = None
         self._calls_per_request: dict[str, int] = {}
         # generate() mutates the global torch RNG; one request at a time keeps sampling reproducible.
-        self._lock = asyncio.Lock()
+        # A thread lock, not an asyncio one: callers may come from several event loops in turn.
+        self._lock = threading.Lock()
 
     async def generate(
         self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any], **_: Any
     ) -> TokenOutput:
-        async with self._lock:
-            return await asyncio.to_thread(self._generate, str(request_id), list(prompt_ids), dict(sampling_params))
+        return await asyncio.to_thread(self._generate, str(request_id), list(prompt_ids), dict(sampling_params))
 
     def _generate(self, request_id: str, prompt_ids: list[int], params: dict[str, Any]) -> TokenOutput:
+        with self._lock:
+            return self._generate_unlocked(request_id, prompt_ids, params)
+
+    def _generate_unlocked(self, request_id: str, prompt_ids: list[int], params: dict[str, Any]) -> TokenOutput:
         self.num_requests += 1
         call = self._calls_per_request[request_id] = self._calls_per_request.get(request_id, 0) + 1
         max_new = min(self.max_new_tokens, int(params.get("max_tokens") or params.get("max_new_tokens") or 1 << 30))
@@ -108,8 +113,9 @@ class HFGenerationClient:
         return [[v] for v in values] + [[0.0]]
 
     def load_weights(self, state: dict[str, torch.Tensor], global_steps: int | None) -> None:
-        self.model.load_state_dict(state)
-        self.global_steps = global_steps
+        with self._lock:
+            self.model.load_state_dict(state)
+            self.global_steps = global_steps
 
 
 # --------------------------------------------------------------------------------------------------
