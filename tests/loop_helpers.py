@@ -7,7 +7,7 @@ from verl import DataProto
 from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn
 from verl.workers.rollout.replica import TokenOutput
 
-from skl_verl.cpu_trainer import compose_config, multi_output_agent_loop_worker
+from skl_verl.inprocess_rollout import compose_config, multi_output_agent_loop_worker
 from skl_verl.data import env_rows, write_parquet
 
 # Row 0: S then ice to the right; the goal is two steps down-right. No slip: outcomes are scripted.
@@ -47,3 +47,31 @@ def rollout(tmp_path, model_dir, replies, env_kwargs=ENV_KWARGS, overrides=(), e
     return asyncio.run(worker.generate_sequences(batch)), tokenizer
 
 
+
+
+def advantage_step(data, config, model_dir=None):
+    """skl_sync's advantage step in this process, for loop tests with scripted policies: per-sample
+    scores, old log-probs (teacher-forced on the checkpoint, when ``model_dir`` is given), our
+    estimator, and the metrics the trainer logs. The update itself runs in the recipe smokes."""
+    from skl_verl.verl_glue import compute_advantage, episode_metrics, loss_term_metrics, set_token_level_scores
+
+    set_token_level_scores(data)
+    data.batch["token_level_rewards"] = data.batch["token_level_scores"]
+    if model_dir is not None:
+        data.batch["old_log_probs"] = response_log_probs(model_dir, data)
+    compute_advantage(data, config.algorithm)
+    return {**episode_metrics(data.non_tensor_batch), **loss_term_metrics(data)}
+
+
+def response_log_probs(model_dir, data):
+    """log π(response token | everything before it) for every row of a verl batch, on the HF checkpoint."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32).eval()
+    prompt_width, responses = data.batch["prompts"].shape[1], data.batch["responses"]
+    with torch.no_grad():
+        logits = model(input_ids=data.batch["input_ids"], attention_mask=data.batch["attention_mask"],
+                       position_ids=data.batch["position_ids"]).logits
+    logits = logits[:, prompt_width - 1 : -1].float()
+    return torch.log_softmax(logits, dim=-1).gather(-1, responses[..., None])[..., 0]

@@ -5,6 +5,7 @@ import torch
 from verl.workers.rollout.replica import TokenOutput
 
 import loop_helpers
+from loop_helpers import advantage_step
 from skl_verl.data import env_rows
 
 SLIPPERY = {"size": 4, "num_tasks": 2, "seed": 5, "slip": [1 / 3, 1 / 3], "max_steps": 8}
@@ -98,44 +99,39 @@ def test_bad_simulation_config_fails_at_start():
         behaviour_policy("oracle", 0, 0.5)
 
 
-def skl_rl_trainer(tmp_path, model_dir, monkeypatch, distill_coef, **loop_options):
-    """A CPU trainer running the `skl_rl` loop (options overridden) with the ThreeStagePolicy stand-in."""
+def skl_rl_rollout(tmp_path, model_dir, distill_coef, **loop_options):
+    """One update's rollout of the `skl_rl` loop (options overridden) with the ThreeStagePolicy stand-in."""
     from omegaconf import OmegaConf
+    from transformers import AutoTokenizer
 
-    from skl_verl.cpu_trainer import CPUTrainer, compose_config
     from skl_verl.data import write_parquet
+    from skl_verl.inprocess_rollout import AgentRollout, compose_config
     from skl_verl.verl_glue import AGENT_LOOP_CONFIG
 
-    monkeypatch.setenv("TENSORBOARD_DIR", str(tmp_path / "tb"))
     loops = OmegaConf.load(AGENT_LOOP_CONFIG)
     for entry in loops:
         if entry.name == "skl_rl":
             entry.update(loop_options)
     OmegaConf.save(loops, tmp_path / "loops.yaml")
-    train = write_parquet(env_rows("frozenlake", SLIPPERY, agent_name="skl_rl"), tmp_path / "rl.parquet")
+    train = write_parquet(env_rows("frozenlake", SLIPPERY), tmp_path / "rl.parquet")
     config = compose_config([
         f"actor_rollout_ref.model.path={model_dir}", f"data.train_files={train}", f"data.val_files={train}",
-        "data.train_batch_size=1", "data.max_prompt_length=8192", "data.max_response_length=16384",
-        "actor_rollout_ref.rollout.n=2", "actor_rollout_ref.actor.ppo_mini_batch_size=1",
-        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2", "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=2",
+        "data.max_prompt_length=8192", "data.max_response_length=16384",
         "actor_rollout_ref.rollout.agent.default_agent_loop=skl_rl", "algorithm.adv_estimator=skl_rl",
         f"+algorithm.skl_rl.distill_coef={distill_coef}",
         f"actor_rollout_ref.rollout.agent.agent_loop_config_path={tmp_path / 'loops.yaml'}",
     ])
-    trainer = CPUTrainer(config)
-    trainer.rollouter.worker.llm_client = ThreeStagePolicy(trainer.tokenizer)
-    return trainer
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    rollout = AgentRollout(config, ThreeStagePolicy(tokenizer), tokenizer, train)
+    return rollout.rollout(next(rollout.batches(1)), step=1, n=2), config, tokenizer
 
 
 def test_distillation_samples_train_the_student_context_on_z_hat(tmp_path, tiny_model_dir, monkeypatch):
-    trainer = skl_rl_trainer(tmp_path, tiny_model_dir, monkeypatch, 0.3, distill_interval=1, max_turns=3)
-    before = {k: v.full_tensor().clone() for k, v in trainer.actor.actor.engine.module.state_dict().items()}
-    data = trainer.rollout(next(trainer.batches()))
+    data, config, tok = skl_rl_rollout(tmp_path, tiny_model_dir, 0.3, distill_interval=1, max_turns=3)
     phases = list(data.non_tensor_batch["skl_phase"])
     assert phases.count("act") == 2 and phases.count("distill") >= 2
-    trainer.train_step(data)
+    advantage_step(data, config)
     adv = data.batch["advantages"].sum(-1) / data.batch["response_mask"].sum(-1)
-    tok = trainer.tokenizer
     for i, phase in enumerate(phases):
         if phase != "distill":
             continue
@@ -145,19 +141,17 @@ def test_distillation_samples_train_the_student_context_on_z_hat(tmp_path, tiny_
         prompt = tok.decode(data.batch["prompts"][i], skip_special_tokens=True)
         assert prompt.rstrip().endswith("assistant") and "Before acting, write your understanding" in prompt
         assert "Simulated continuations" not in prompt.rsplit("user", 1)[-1], "the student must not see this step's simulations"
-    after = {k: v.full_tensor() for k, v in trainer.actor.actor.engine.module.state_dict().items()}
-    assert any(not torch.equal(before[k], after[k]) for k in before)
+        # Every output carries rollout log-probs (scored by the server), so none is dropped from the batch.
+        assert data.batch["rollout_log_probs"][i][data.batch["response_mask"][i].bool()].eq(-1.0).all()
 
 
 def test_reverse_kl_credits_student_z_tokens_with_teacher_gap(tmp_path, tiny_model_dir, monkeypatch):
-    trainer = skl_rl_trainer(tmp_path, tiny_model_dir, monkeypatch, 0.5, distill_interval=1, distill_kind="reverse", max_turns=2)
-    data = trainer.rollout(next(trainer.batches()))
+    data, config, tok = skl_rl_rollout(tmp_path, tiny_model_dir, 0.5, distill_interval=1, distill_kind="reverse", max_turns=2)
     fields = data.non_tensor_batch
     phases = list(fields["skl_phase"])
     assert phases.count("act") == 2 and phases.count("distill_teacher") >= 2
-    trainer.train_step(data)
+    advantage_step(data, config, tiny_model_dir)
     lp, adv, mask = data.batch["old_log_probs"], data.batch["advantages"], data.batch["response_mask"]
-    tok = trainer.tokenizer
     trace_of = {fields["skl_trajectory_id"][i]: i for i, p in enumerate(phases) if p == "act"}
     z_rows = []
     for j, phase in enumerate(phases):

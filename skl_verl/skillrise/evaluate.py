@@ -134,7 +134,7 @@ def _make_client(args, tokenizer):
 
 
 def run_rollouts(args, env_kwargs: dict[str, Any], sequences, tokenizer, client, workdir: Path, name: str):
-    from skl_verl.cpu_trainer import AgentRollout, compose_config
+    from skl_verl.inprocess_rollout import AgentRollout, compose_config
 
     path = write_parquet(
         sequence_rows(args.env, env_kwargs, sequences, stop_after_success=name == "pass_at_k"), workdir / f"{name}.parquet"
