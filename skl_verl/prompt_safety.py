@@ -1,0 +1,46 @@
+"""Keeping untrusted text from turning into a tokenizer's special tokens.
+
+Env observations, skill documents, knowledge entries and replayed trajectories are rendered into
+chat prompts. A tokenizer maps the *string* ``<|im_start|>`` to its control token wherever it
+appears, so an observation or a curated document holding it would open a new chat turn (a
+``system`` one, say) inside our prompt. Every prompt builder passes untrusted text through
+:func:`neutralise_special_tokens` before it reaches ``apply_chat_template``.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from typing import Any
+
+BREAK = "\u200b"
+"""Inserted after the first character of a special-token string: the text still reads the same
+to the model, but the tokenizer no longer sees the reserved string."""
+
+
+def special_token_strings(tokenizer: Any) -> tuple[str, ...]:
+    """Every string the tokenizer turns into a special token (named and added ones)."""
+    strings = set(getattr(tokenizer, "all_special_tokens", None) or [])
+    for token in (getattr(tokenizer, "added_tokens_decoder", None) or {}).values():
+        if getattr(token, "special", False):
+            strings.add(str(token.content))
+    return tuple(sorted((s for s in strings if len(s) > 1), key=lambda s: (-len(s), s)))
+
+
+@functools.lru_cache(maxsize=16)
+def _pattern(strings: tuple[str, ...]) -> re.Pattern[str]:
+    return re.compile("|".join(re.escape(s) for s in strings))
+
+
+def neutralise_special_tokens(text: str, tokenizer: Any) -> str:
+    """``text`` with every special-token string broken by a zero-width space.
+
+    Repeated until none is left: breaking one match can expose another that overlapped it (with
+    tokens such as ``xa`` and ``ab`` in ``xab``). Insertions never create a match, so it ends."""
+    strings = special_token_strings(tokenizer)
+    if not strings:
+        return text
+    pattern = _pattern(strings)
+    while pattern.search(text):
+        text = pattern.sub(lambda m: m.group(0)[0] + BREAK + m.group(0)[1:], text)
+    return text
