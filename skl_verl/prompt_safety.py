@@ -24,6 +24,7 @@ def special_token_strings(tokenizer: Any) -> tuple[str, ...]:
     for token in (getattr(tokenizer, "added_tokens_decoder", None) or {}).values():
         if getattr(token, "special", False):
             strings.add(str(token.content))
+    # A one-character token has no inside to break; no tokenizer we support has one.
     return tuple(sorted((s for s in strings if len(s) > 1), key=lambda s: (-len(s), s)))
 
 

@@ -136,3 +136,10 @@ def test_unreachable_webshop_warns_in_a_dry_run_and_stops_a_real_run(tmp_path, m
     monkeypatch.setenv("WEBSHOP_URL", closed_port)
     assert config_checks.main(["--env", "webshop", "--dry-run"]) == 0
     assert f"warning: WEBSHOP_URL={closed_port} is not reachable" in capsys.readouterr().err
+
+
+def test_every_option_of_our_agent_loops_has_a_checked_entry():
+    targets = {str(entry._target_) for entry in OmegaConf.load(AGENT_LOOP_CONFIG)}
+    for target in targets:
+        unchecked = config_checks._loop_option_names(target) - set(config_checks.LOOP_OPTIONS) - {"parser"}
+        assert not unchecked, f"{target}: options {sorted(unchecked)} have no entry in LOOP_OPTIONS"
