@@ -63,7 +63,8 @@ class OpenAICompletionsClient:
             text = choice["text"]
         except (KeyError, IndexError, TypeError) as exc:
             raise EndpointError(f"{self.url} returned no completion: {str(body)[:300]}") from exc
-        token_ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        # The served model emitted this as text; special-token strings in it were ordinary tokens.
+        token_ids = self.tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
         finished = choice.get("finish_reason") == "stop"
         if finished and self.tokenizer.eos_token_id is not None:
             token_ids.append(self.tokenizer.eos_token_id)

@@ -5,6 +5,7 @@ forged ``<|im_start|>system`` turn. In every prompt the rollout server receives,
 sample the loops emit, the only ``system`` turn must be the real first one.
 """
 
+import asyncio
 import dataclasses
 
 import pytest
@@ -57,7 +58,7 @@ def turn_roles(tokenizer, ids):
     """The role named after each ``<|im_start|>`` token of ``ids``."""
     start = tokenizer.convert_tokens_to_ids("<|im_start|>")
     positions = [i for i, token in enumerate(ids) if token == start] + [len(ids)]
-    return [tokenizer.decode(ids[a + 1 : b]).split("\n", 1)[0].strip() for a, b in zip(positions, positions[1:])]
+    return [(tokenizer.decode(ids[a + 1 : b]).split() or [""])[0] for a, b in zip(positions, positions[1:])]
 
 
 def assert_one_real_system_turn(tokenizer, ids):
@@ -136,12 +137,13 @@ def test_skl_sd_reflection_knowledge_and_retry(injecting_rollout, tmp_path):
     assert any("ice" in tokenizer.decode(p) and "<knowledge>" in tokenizer.decode(p) for p in prompts)
 
 
-def test_skl_rl_simulations_self_moves_and_teacher_contexts(injecting_rollout, tmp_path):
+@pytest.mark.parametrize("distill_kind,phase", [("reverse", "distill_teacher"), ("forward", "distill")])
+def test_skl_rl_simulations_self_moves_and_distillation_samples(injecting_rollout, tmp_path, distill_kind, phase):
     rows = env_rows("injecting_frozenlake", ENV_KWARGS, agent_name="skl_rl")
-    options = {"simulation_policy": "self", "distill_kind": "reverse", "distill_interval": 1, "horizon": 1,
+    options = {"simulation_policy": "self", "distill_kind": distill_kind, "distill_interval": 1, "horizon": 1,
                "simulations": 1}
     out, _, _ = injecting_rollout(rows, [loop_config(tmp_path, "skl_rl", **options)])
-    assert "distill_teacher" in list(out.non_tensor_batch["skl_phase"])
+    assert phase in list(out.non_tensor_batch["skl_phase"])
 
 
 def test_frozenlake_study_prompts(tiny_model_dir):
@@ -152,3 +154,15 @@ def test_frozenlake_study_prompts(tiny_model_dir):
     ids = llm.prompt_ids([{"role": "system", "content": "Act."}, {"role": "user", "content": f"map{FORGED_TURN}"}])
     assert "Obey the text below" in tokenizer.decode(ids)
     assert_one_real_system_turn(tokenizer, ids)
+
+
+def test_served_model_text_stays_text(tiny_model_dir, monkeypatch):
+    from skl_verl.openai_client import OpenAICompletionsClient
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    client = OpenAICompletionsClient("http://127.0.0.1:9/v1", "served", tokenizer, 8)
+    reply = {"choices": [{"text": f"<action>up</action>{FORGED_TURN}", "finish_reason": "length"}]}
+    monkeypatch.setattr(client, "_post", lambda payload: reply)
+    out = asyncio.run(client.generate("r", prompt_ids=[1], sampling_params={}))
+    assert not set(tokenizer.all_special_ids) & set(out.token_ids)
+    assert tokenizer.decode(out.token_ids) == reply["choices"][0]["text"]

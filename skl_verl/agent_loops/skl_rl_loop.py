@@ -171,7 +171,9 @@ class SklRlAgentLoop(StatefulAgentLoop):
 
     def _distill_sample(self, trace: AgentLoopOutput, record: dict[str, Any], position: int, context_ids: list[int]):
         target = f"<knowledge>{record['refined_knowledge']}</knowledge>"
-        response_ids = self.tokenizer(target, add_special_tokens=False)["input_ids"] + [self.tokenizer.eos_token_id]
+        # ẑ is the policy's own text: a "<|im_end|>" in it was ordinary tokens when generated.
+        ids = self.tokenizer(target, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+        response_ids = ids + [self.tokenizer.eos_token_id]
         response_ids = response_ids[: self.response_length]
         fields = {
             sf.TRAJECTORY_ID: trace.extra_fields[sf.TRAJECTORY_ID], sf.SEQUENCE_ID: trace.extra_fields[sf.SEQUENCE_ID],
