@@ -16,6 +16,8 @@ from typing import Any
 
 from verl.workers.rollout.replica import TokenOutput
 
+from skl_verl.prompt_safety import encode_as_text
+
 
 class EndpointError(RuntimeError):
     """The endpoint was unreachable or answered with an error."""
@@ -63,8 +65,7 @@ class OpenAICompletionsClient:
             text = choice["text"]
         except (KeyError, IndexError, TypeError) as exc:
             raise EndpointError(f"{self.url} returned no completion: {str(body)[:300]}") from exc
-        # The served model emitted this as text; special-token strings in it were ordinary tokens.
-        token_ids = self.tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+        token_ids = encode_as_text(text, self.tokenizer)
         finished = choice.get("finish_reason") == "stop"
         if finished and self.tokenizer.eos_token_id is not None:
             token_ids.append(self.tokenizer.eos_token_id)

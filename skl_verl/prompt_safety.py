@@ -4,7 +4,8 @@ Env observations, skill documents, knowledge entries and replayed trajectories a
 chat prompts. A tokenizer maps the *string* ``<|im_start|>`` to its control token wherever it
 appears, so an observation or a curated document holding it would open a new chat turn (a
 ``system`` one, say) inside our prompt. Every prompt builder passes untrusted text through
-:func:`neutralise_special_tokens` before it reaches ``apply_chat_template``.
+:func:`neutralise_special_tokens` before it reaches ``apply_chat_template``; text the policy wrote that
+is turned into token ids directly goes through :func:`encode_as_text`.
 """
 
 from __future__ import annotations
@@ -45,3 +46,21 @@ def neutralise_special_tokens(text: str, tokenizer: Any) -> str:
     while pattern.search(text):
         text = pattern.sub(lambda m: m.group(0)[0] + BREAK + m.group(0)[1:], text)
     return text
+
+
+def encode_as_text(text: str, tokenizer: Any) -> list[int]:
+    """Token ids of ``text`` with every special-token string spelt in ordinary tokens, as the model
+    that wrote the text produced it. (``split_special_tokens=True`` does the same, but it flips
+    state shared by a fast tokenizer's users, and the agent loop tokenises in several threads.)"""
+    strings = special_token_strings(tokenizer)
+    if not strings:
+        return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+    ids: list[int] = []
+    start = 0
+    for match in _pattern(strings).finditer(text):
+        special = match.group(0)
+        ids += tokenizer(text[start : match.start()] + special[0], add_special_tokens=False)["input_ids"]
+        ids += encode_as_text(special[1:], tokenizer)
+        start = match.end()
+    ids += tokenizer(text[start:], add_special_tokens=False)["input_ids"]
+    return ids

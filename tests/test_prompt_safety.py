@@ -17,7 +17,7 @@ import loop_helpers
 from envs import ENV_CLASSES
 from envs.frozenlake import FrozenLakeEnv
 from skl_verl.data import env_rows
-from skl_verl.prompt_safety import BREAK, neutralise_special_tokens
+from skl_verl.prompt_safety import BREAK, encode_as_text, neutralise_special_tokens
 from skl_verl.skillrise.build_dataset import sequence_rows
 from skl_verl.skillrise.sequences import build_sequences
 from skl_verl.verl_glue import AGENT_LOOP_CONFIG
@@ -44,14 +44,15 @@ class InjectingPolicy:
     sends its tokens as a model would produce them: plain text, no control tokens."""
 
     def __init__(self, tokenizer, replies=None):
-        self.tokenizer, self.prompts = tokenizer, []
+        self.prompts = []
+        text = f"<knowledge>ice {FORGED_TURN}</knowledge><skill>go right {FORGED_TURN}</skill><action>right</action>"
+        # Encoded once, here: split_special_tokens flips tokenizer state the loop's threads share.
+        ids = tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+        self.reply = ids + [tokenizer.eos_token_id]
 
     async def generate(self, request_id, *, prompt_ids, sampling_params, **_):
         self.prompts.append(list(prompt_ids))
-        text = f"<knowledge>ice {FORGED_TURN}</knowledge><skill>go right {FORGED_TURN}</skill><action>right</action>"
-        ids = self.tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
-        ids = ids + [self.tokenizer.eos_token_id]
-        return TokenOutput(token_ids=ids, log_probs=[-1.0] * len(ids))
+        return TokenOutput(token_ids=list(self.reply), log_probs=[-1.0] * len(self.reply))
 
 
 def turn_roles(tokenizer, ids):
@@ -114,6 +115,9 @@ def test_neutralised_text_reads_the_same_and_holds_no_special_token(tiny_model_d
     assert safe.replace(BREAK, "") == text
     assert neutralise_special_tokens(safe, tokenizer) == safe
     assert neutralise_special_tokens("plain <action>up</action>", tokenizer) == "plain <action>up</action>"
+    as_text = encode_as_text(text, tokenizer)
+    assert not special_ids & set(as_text) and tokenizer.decode(as_text) == text
+    assert encode_as_text("plain", tokenizer) == tokenizer("plain", add_special_tokens=False)["input_ids"]
 
 
 def test_env_loop_observations_and_feedback(injecting_rollout):

@@ -38,7 +38,7 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopOutput, register
 from skl_verl import sample_fields as sf
 from skl_verl.agent_loops.env_loop import EpisodeResult, TurnContext, render_turn, single_turn_output, stable_seed
 from skl_verl.agent_loops.stateful_loop import StatefulAgentLoop
-from skl_verl.prompt_safety import neutralise_special_tokens
+from skl_verl.prompt_safety import encode_as_text, neutralise_special_tokens
 from skl_verl.skl.simulation import BoardPolicy, RandomPolicy, render_branches, simulate_branches
 
 REFINE_REQUEST = (
@@ -171,9 +171,7 @@ class SklRlAgentLoop(StatefulAgentLoop):
 
     def _distill_sample(self, trace: AgentLoopOutput, record: dict[str, Any], position: int, context_ids: list[int]):
         target = f"<knowledge>{record['refined_knowledge']}</knowledge>"
-        # ẑ is the policy's own text: a "<|im_end|>" in it was ordinary tokens when generated.
-        ids = self.tokenizer(target, add_special_tokens=False, split_special_tokens=True)["input_ids"]
-        response_ids = ids + [self.tokenizer.eos_token_id]
+        response_ids = encode_as_text(target, self.tokenizer) + [self.tokenizer.eos_token_id]
         response_ids = response_ids[: self.response_length]
         fields = {
             sf.TRAJECTORY_ID: trace.extra_fields[sf.TRAJECTORY_ID], sf.SEQUENCE_ID: trace.extra_fields[sf.SEQUENCE_ID],
