@@ -37,6 +37,28 @@ class DependencyMissingError(EnvError, ImportError):
     """An optional dependency (an engine binary, a dataset) is not installed."""
 
 
+class InvalidSnapshotError(EnvError, ValueError):
+    """``set_state`` was given something that is not a snapshot this env can restore. The env is
+    left exactly as it was: every ``set_state`` checks the whole snapshot before changing anything."""
+
+
+def checked_snapshot(env_name: str, state: Any, fields: dict[str, type | tuple[type, ...]]) -> dict[str, Any]:
+    """``state`` when it is a dict holding every one of ``fields`` with a value of the given type
+    (``bool`` only where named: ``True`` is no step count); else InvalidSnapshotError naming the field."""
+    if not isinstance(state, dict):
+        raise InvalidSnapshotError(f"{env_name}: a snapshot is the dict get_state() returns, got {type(state).__name__}")
+    missing = sorted(set(fields) - set(state))
+    if missing:
+        raise InvalidSnapshotError(f"{env_name}: snapshot lacks {missing}")
+    for key, kind in fields.items():
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        value = state[key]
+        if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+            expected = " or ".join(k.__name__ for k in kinds)
+            raise InvalidSnapshotError(f"{env_name}: snapshot field {key!r} is {value!r:.80}, expected {expected}")
+    return state
+
+
 @dataclass(frozen=True)
 class TaskSpec:
     """What a loop or a sequence builder may know about a task before playing it."""

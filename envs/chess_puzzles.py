@@ -91,10 +91,12 @@ except ImportError as exc:  # pragma: no cover - depends on the install
 from envs.base import (
     DependencyMissingError,
     EnvNotResetError,
+    InvalidSnapshotError,
     StepResult,
     TaskSpec,
     TextEnv,
     UnknownTaskError,
+    checked_snapshot,
 )
 
 SAMPLE_CSV = Path(__file__).resolve().parent / "data" / "chess_puzzles_sample.csv"
@@ -506,8 +508,8 @@ class ChessPuzzlesEnv(TextEnv):
     def puzzle(self, task_id: str) -> ChessPuzzle:
         try:
             return self._puzzles[task_id]
-        except KeyError:
-            raise UnknownTaskError(f"{self.name}: unknown task id {task_id!r}") from None
+        except (KeyError, TypeError):  # TypeError: an unhashable id such as a list
+            raise UnknownTaskError(f"{self.name}: unknown task id {task_id!r:.80}") from None
 
     # -- episode
 
@@ -651,16 +653,41 @@ class ChessPuzzlesEnv(TextEnv):
         }
 
     def set_state(self, state: Any) -> None:
+        """Restore a ``get_state`` snapshot. The moves must be the puzzle's line up to ``index``
+        (plus the failing move of a lost puzzle), so a rejected snapshot raises here, not at the
+        next step; a rejected one changes nothing."""
+        checked_snapshot(self.name, state, {
+            "puzzle_id": str, "root_fen": str, "moves": list, "index": int, "done": bool, "won": bool,
+        })
+        puzzle = self.puzzle(state["puzzle_id"])
+        index, done, won, moves = state["index"], state["done"], state["won"], state["moves"]
+        start = puzzle.start_board()
+        start_moves = [m.uci() for m in start.move_stack]
+        if state["root_fen"] != start.root().fen():
+            raise InvalidSnapshotError(f"{self.name}: snapshot root_fen is not puzzle {puzzle.puzzle_id!r}'s position")
+        line = start_moves + list(puzzle.solution[:index])
+        if won and not done:
+            raise InvalidSnapshotError(f"{self.name}: snapshot is won but not done")
+        if not done:
+            consistent = index % 2 == 0 and index < len(puzzle.solution) and moves == line
+        elif won:
+            consistent = index == len(puzzle.solution) and moves[: len(start_moves)] == start_moves
+        else:
+            consistent = index % 2 == 0 and index < len(puzzle.solution) and moves[:-1] == line and len(moves) == len(line) + 1
+        if not consistent:
+            raise InvalidSnapshotError(
+                f"{self.name}: snapshot index={index} (done={done}, won={won}) does not match its moves "
+                f"{moves!r:.120} for puzzle {puzzle.puzzle_id!r} (solution {len(puzzle.solution)} moves)"
+            )
+        board = chess.Board(state["root_fen"])
         try:
-            puzzle = self.puzzle(state["puzzle_id"])
-            board = chess.Board(state["root_fen"])
-            for uci in state["moves"]:
-                board.push(chess.Move.from_uci(uci))
-            index, done, won = int(state["index"]), bool(state["done"]), bool(state["won"])
-        except UnknownTaskError:
-            raise
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"{self.name}: not a snapshot of this env: {exc}") from None
+            for uci in moves:
+                move = chess.Move.from_uci(uci)
+                if not board.is_legal(move):
+                    raise ValueError(f"illegal move {uci}")
+                board.push(move)
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise InvalidSnapshotError(f"{self.name}: snapshot moves do not replay: {exc}") from None
         self._puzzle, self._board = puzzle, board
         self._index, self._done, self._won = index, done, won
 

@@ -60,10 +60,12 @@ import numpy as np
 from envs.base import (
     DependencyMissingError,
     EnvNotResetError,
+    InvalidSnapshotError,
     StepResult,
     TaskSpec,
     TextEnv,
     UnknownTaskError,
+    checked_snapshot,
 )
 
 ACTIONS: tuple[str, ...] = ("left", "down", "right", "up")  # gymnasium's action order 0..3
@@ -76,6 +78,24 @@ _ONGOING, _GOAL, _HOLE = 0, 1, 2
 _STATUS_WON, _STATUS_HOLE, _STATUS_TRUNCATED = 1, 2, 3
 _SNAPSHOT_VERSION = 1
 _SLIP_TOL = 1e-9
+_BIT_GENERATORS = {"PCG64": np.random.PCG64, "PCG64DXSM": np.random.PCG64DXSM, "MT19937": np.random.MT19937,
+                   "Philox": np.random.Philox, "SFC64": np.random.SFC64}
+
+
+def _generator_from_state(env_name: str, rng_state: dict[str, Any]) -> np.random.Generator:
+    """A new generator in ``rng_state`` (numpy copies the values; the snapshot stays intact)."""
+    kind = _BIT_GENERATORS.get(rng_state.get("bit_generator"))
+    if kind is None:
+        raise InvalidSnapshotError(
+            f"{env_name}: snapshot rng_state names bit generator {rng_state.get('bit_generator')!r:.40}; "
+            f"known: {sorted(_BIT_GENERATORS)}"
+        )
+    bit_generator = kind(0)
+    try:
+        bit_generator.state = rng_state
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:
+        raise InvalidSnapshotError(f"{env_name}: snapshot rng_state is not a {kind.__name__} state: {exc}") from None
+    return np.random.Generator(bit_generator)
 
 
 def _validate_slip(slip: Sequence[float]) -> tuple[float, float, float]:
@@ -454,32 +474,45 @@ class FrozenLakeEnv(TextEnv):
         }
 
     def set_state(self, state: dict[str, Any]) -> None:
-        if not isinstance(state, dict) or state.get("env") != self.name or state.get("version") != _SNAPSHOT_VERSION:
-            raise ValueError(f"{self.name}: not a version-{_SNAPSHOT_VERSION} {self.name} snapshot: {state!r:.200}")
+        """Restore a ``get_state`` snapshot; a rejected one raises and changes nothing."""
+        number = (int, float)
+        checked_snapshot(self.name, state, {
+            "env": str, "version": int, "task_id": str, "map": str, "slip": (list, tuple), "max_steps": (int, type(None)),
+            "position": (list, tuple), "steps": int, "done": bool, "won": bool, "truncated": bool, "rng_state": dict,
+        })
+        if state["env"] != self.name or state["version"] != _SNAPSHOT_VERSION:
+            raise InvalidSnapshotError(
+                f"{self.name}: not a version-{_SNAPSHOT_VERSION} {self.name} snapshot: {state!r:.200}"
+            )
         task_id = state["task_id"]
         m = self._compiled(task_id)
         if state["map"] != "/".join(m.rows):
-            raise ValueError(f"{self.name}: snapshot map {state['map']!r} differs from task {task_id!r}'s map")
-        if tuple(state["slip"]) != self.slip or state["max_steps"] != self.max_steps:
-            raise ValueError(
-                f"{self.name}: snapshot was taken with slip={tuple(state['slip'])}, max_steps={state['max_steps']}; "
+            raise InvalidSnapshotError(f"{self.name}: snapshot map {state['map']!r} differs from task {task_id!r}'s map")
+        slip = tuple(state["slip"])
+        if len(slip) != 2 or not all(isinstance(p, number) and not isinstance(p, bool) for p in slip):
+            raise InvalidSnapshotError(f"{self.name}: snapshot slip {state['slip']!r:.80} is not two probabilities")
+        if slip != self.slip or state["max_steps"] != self.max_steps:
+            raise InvalidSnapshotError(
+                f"{self.name}: snapshot was taken with slip={slip}, max_steps={state['max_steps']}; "
                 f"this env has slip={self.slip}, max_steps={self.max_steps}"
             )
-        r, c = state["position"]
+        position = tuple(state["position"])
+        if len(position) != 2 or not all(isinstance(x, int) and not isinstance(x, bool) for x in position):
+            raise InvalidSnapshotError(f"{self.name}: snapshot position {state['position']!r:.80} is not (row, column)")
+        r, c = position
         if not (0 <= r < m.nrow and 0 <= c < m.ncol):
-            raise ValueError(f"{self.name}: snapshot position {(r, c)} is off the {m.nrow}x{m.ncol} map")
-        rng = getattr(self, "_rng", None)
-        if rng is None or type(rng.bit_generator).__name__ != state["rng_state"].get("bit_generator"):
-            rng = np.random.Generator(np.random.PCG64(0))
-        rng.bit_generator.state = state["rng_state"]  # numpy copies the values; the snapshot stays intact
+            raise InvalidSnapshotError(f"{self.name}: snapshot position {(r, c)} is off the {m.nrow}x{m.ncol} map")
+        if state["steps"] < 0 or (self.max_steps is not None and state["steps"] > self.max_steps):
+            raise InvalidSnapshotError(f"{self.name}: snapshot steps={state['steps']} outside [0, {self.max_steps}]")
+        rng = _generator_from_state(self.name, state["rng_state"])
         self._rng = rng
         self._task_id = task_id
         self._map = m
-        self._state = int(r) * m.ncol + int(c)
-        self._steps = int(state["steps"])
-        self._done = bool(state["done"])
-        self._won = bool(state["won"])
-        self._truncated = bool(state["truncated"])
+        self._state = r * m.ncol + c
+        self._steps = state["steps"]
+        self._done = state["done"]
+        self._won = state["won"]
+        self._truncated = state["truncated"]
 
     # ------------------------------------------------------------------ exact dynamics
 

@@ -119,6 +119,14 @@ BLOCKED_ACTIONS: frozenset[str] = frozenset({"reset task"})
 _AMBIGUOUS_CHOICE = re.compile(r"^\s*(\d+):\s*(.+?)\s*$")
 
 
+def _is_unicode_text(text: str) -> bool:
+    """False for strings holding lone surrogates, which cannot cross to the JVM."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
 class SciWorldJVMError(EnvError, RuntimeError):
     """A call into the ScienceWorld JVM failed (py4j error or the JVM died)."""
 
@@ -449,6 +457,10 @@ class SciWorldEnv(TextEnv):
             observation = (
                 "No action given." if not text else f"The action {text!r} is not allowed in this environment."
             )
+            info["invalid_action"] = True
+        elif not _is_unicode_text(text):
+            # py4j cannot send lone surrogates to the JVM and would report a dead simulator.
+            observation = "The action holds characters that are not text; write it in plain words."
             info["invalid_action"] = True
         else:
             observation = str(self._jvm("server.step", text, action=text))

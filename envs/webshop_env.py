@@ -103,6 +103,7 @@ Errors: HTTP failures during an episode (connection lost, 5xx) raise ``WebShopSe
 from __future__ import annotations
 
 import hashlib
+import http.client
 import json
 import math
 import os
@@ -122,9 +123,11 @@ from envs.base import (
     DependencyMissingError,
     EnvError,
     EnvNotResetError,
+    InvalidSnapshotError,
     StepResult,
     TaskSpec,
     TextEnv,
+    checked_snapshot,
 )
 
 DEFAULT_URL = "http://127.0.0.1:3000"
@@ -144,6 +147,11 @@ _VOID_TAGS = frozenset(
 
 class WebShopServerError(EnvError, RuntimeError):
     """The WebShop server failed to answer a request (connection lost, HTTP error, unparseable page)."""
+
+
+MAX_QUERY_CHARS = 500
+"""Longer search queries are invalid actions: WebShop's own are a few words, and a runaway one
+would come back in redirect headers longer than Python's HTTP client accepts."""
 
 
 # ---------------------------------------------------------------------- HTML
@@ -435,9 +443,10 @@ class WebShopEnv(TextEnv):
                 f"webshop: {what}: HTTP {exc.code} from {target.method} {target.url} "
                 f"(task={self._task_id!r}): {snippet!r}"
             ) from exc
-        except (urllib.error.URLError, OSError) as exc:
+        except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
             raise WebShopServerError(
-                f"webshop: {what}: no answer from {target.method} {target.url} (task={self._task_id!r}): {exc}"
+                f"webshop: {what}: no usable answer from {target.method} {target.url:.200} (task={self._task_id!r}): "
+                f"{type(exc).__name__}: {exc!s:.200}"
             ) from exc
 
     def _probe_server(self, need_goals: bool) -> Any:
@@ -568,6 +577,10 @@ class WebShopEnv(TextEnv):
             if kind == "search":
                 if not arg:
                     problem = "empty search query"
+                elif len(arg) > MAX_QUERY_CHARS:
+                    problem = f"search query longer than {MAX_QUERY_CHARS} characters"
+                elif not _is_unicode_text(arg):
+                    problem = "the search query holds characters that are not text (lone surrogates)"
                 else:
                     base = page.search_target or _Target("POST", f"{self.server_url}/{self._session_id}", {})
                     field_name = next(iter(base.data), "search_query") if base.data else "search_query"
@@ -640,27 +653,46 @@ class WebShopEnv(TextEnv):
         }
 
     def set_state(self, state: dict[str, Any]) -> None:
-        if not isinstance(state, dict) or state.get("env") != self.name or state.get("version") != _SNAPSHOT_VERSION:
-            raise ValueError(f"{self.name}: not a webshop snapshot (version {_SNAPSHOT_VERSION}): {state!r:.200}")
+        """Restore a ``get_state`` snapshot (reloads its page); a rejected snapshot, or a server
+        that fails to serve the page, raises and changes nothing."""
+        checked_snapshot(self.name, state, {
+            "env": str, "version": int, "server_url": str, "task_id": str, "session_id": str, "url": str,
+            "steps": int, "done": bool, "won": bool, "reward": (int, float), "truncated": bool,
+        })
+        if state["env"] != self.name or state["version"] != _SNAPSHOT_VERSION:
+            raise InvalidSnapshotError(f"{self.name}: not a webshop snapshot (version {_SNAPSHOT_VERSION}): {state!r:.200}")
         self.task(state["task_id"])  # UnknownTaskError for a task this env does not have
         if state["server_url"] != self.server_url:
-            raise ValueError(
+            raise InvalidSnapshotError(
                 f"{self.name}: snapshot from server {state['server_url']!r}, this env talks to {self.server_url!r}"
             )
+        if not state["url"].startswith(self.server_url + "/") or not _is_unicode_text(state["url"]):
+            raise InvalidSnapshotError(f"{self.name}: snapshot url {state['url']!r:.120} is not a page of {self.server_url}")
+        if state["steps"] < 0:
+            raise InvalidSnapshotError(f"{self.name}: snapshot steps={state['steps']} is negative")
         previous = self._task_id
-        self._task_id = state["task_id"]
+        self._task_id = state["task_id"]  # named in the server errors of the reload
         try:
             page = self._load(_Target("GET", state["url"]), "set_state")
-        except BaseException:
+        finally:
             self._task_id = previous
-            raise
+        self._task_id = state["task_id"]
         self._session_id = state["session_id"]
         self._page = page
-        self._steps = int(state["steps"])
-        self._done = bool(state["done"])
-        self._won = bool(state["won"])
+        self._steps = state["steps"]
+        self._done = state["done"]
+        self._won = state["won"]
         self._reward = float(state["reward"])
-        self._truncated = bool(state["truncated"])
+        self._truncated = state["truncated"]
+
+
+def _is_unicode_text(text: str) -> bool:
+    """False for strings holding lone surrogates, which no request can encode."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 # ---------------------------------------------------------------------- server launcher

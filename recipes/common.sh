@@ -10,16 +10,41 @@ SEED=${SEED:-0}
 export DATA_DIR=${DATA_DIR:-data/$(basename "$RECIPE_DIR")}
 PYTHON=${PYTHON:-python}
 
+# require_int NAME MIN EXAMPLE: stop, naming the variable, unless $NAME is a whole number >= MIN.
+require_int() {
+  local value=${!1}
+  if ! [[ "$value" =~ ^[0-9]+$ ]] || (( 10#$value < $2 )); then
+    echo "error: $1=$value must be a whole number >= $2, e.g. $1=$3" >&2
+    exit 2
+  fi
+}
+require_int N_GPUS 1 8
+require_int NNODES 1 1
+require_int SEED 0 0
+
 DRY_RUN=false
 OVERRIDES=()
 for arg in "$@"; do
   if [ "$arg" = "--dry-run" ]; then DRY_RUN=true; else OVERRIDES+=("$arg"); fi
 done
 
+# Data and servers the env needs (ALFWORLD_DATA, WEBSHOP_URL): errors in a real run, warnings in a
+# dry run. Called by the first build or train step, after the run script has set its variables.
+RESOURCES_CHECKED=false
+check_resources() {
+  if [ "$RESOURCES_CHECKED" = false ]; then
+    RESOURCES_CHECKED=true
+    local flags=()
+    if [ "$DRY_RUN" = true ]; then flags=(--dry-run); fi
+    "$PYTHON" -m skl_verl.config_checks --env "$ENV_NAME" "${flags[@]+"${flags[@]}"}"
+  fi
+}
+
 # build_tasks NAME ENV_KWARGS_JSON [VAL_AGENT_LOOP] -> $DATA_DIR/NAME.parquet (one row per task).
 # Rows name no loop (the config's default_agent_loop plays them) unless VAL_AGENT_LOOP is given for a
 # validation set played by the config's skl.val_agent_loop.
 build_tasks() {
+  check_resources
   local out="$DATA_DIR/$1.parquet"
   if [ "$DRY_RUN" = false ] && [ ! -f "$out" ]; then
     "$PYTHON" -m skl_verl.data --env "$ENV_NAME" --env-kwargs "$2" ${3:+--agent-loop "$3"} --out "$out"
@@ -27,6 +52,7 @@ build_tasks() {
 }
 
 train() {
+  check_resources
   "$PYTHON" -m skl_verl.main --config-path="$RECIPE_DIR/config" --config-name="$CONFIG" \
     actor_rollout_ref.model.path="$MODEL_PATH" trainer.n_gpus_per_node="$N_GPUS" trainer.nnodes="$NNODES" \
     skl.dry_run="$DRY_RUN" "${OVERRIDES[@]+"${OVERRIDES[@]}"}"

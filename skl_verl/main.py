@@ -123,9 +123,9 @@ def prepare_config(config: DictConfig) -> DictConfig:
             f"algorithm.adv_estimator={estimator} needs a {required_loop} agent loop "
             f"(actor_rollout_ref.rollout.agent.default_agent_loop), got {default_loop!r}"
         )
-    gamma = config.algorithm.get("skillrise", {}).get("gamma", 0.6)
-    if not 0 <= float(gamma) <= 1:
-        raise ConfigError(f"algorithm.skillrise.gamma={gamma} must lie in [0, 1]")
+    from skl_verl.config_checks import check_config
+
+    check_config(config)
     return config
 
 

@@ -31,38 +31,77 @@ class ActionParser(Protocol):
 
 
 class TagActionParser:
-    """Extracts the content of the last ``<tag>…</tag>`` among ``tags``.
+    """Extracts the content of the last ``<tag>…</tag>`` block among ``tags``, in linear time.
 
-    The *last* complete block wins because models often restate candidate actions while
-    thinking and commit at the end. ``<think>…</think>`` spans are ignored so a tag quoted
-    inside reasoning is not mistaken for the decision.
+    The grammar (tag names match case-insensitively; ``WS`` is any whitespace)::
+
+        open(t)   := "<" WS* t ( WS [^<>]* )? ">"     <action>  <action >  < action>  <action id="1">
+        close(t)  := "<" WS* "/" WS* t WS* ">"          </action>  </ action>  < /action >
+        block     := open(t) TEXT close(t)             TEXT holds no open/close of any accepted tag
+        thinking  := open(think) ANY close(think)      hidden, blocks inside it do not count
+
+    * The block that closes *last* wins, because models restate candidate actions while thinking
+      and commit at the end. Blocks are innermost, so ``<action><action>left</action></action>``
+      gives ``left`` and stray or unclosed tags around the decision are ignored.
+    * A ``</think>`` with no ``<think>`` before it hides everything before it: chat templates
+      that open the thinking span in the prompt make models emit only its end.
+    * An unclosed ``<think>`` hides nothing: a model that forgets to close its reasoning and then
+      commits has still committed.
+    * The action is the block's text with whitespace runs collapsed to one space; empty or longer
+      than ``max_action_chars`` is an error.
+
+    Every quantifier in the tag pattern is possessive and tag text cannot contain ``<``, so each
+    character is examined a bounded number of times whatever the input.
     """
 
     def __init__(self, tags: tuple[str, ...] | list[str] = ("action", "answer"), max_action_chars: int = 256):
         if not tags:
             raise ValueError("TagActionParser needs at least one tag name")
         for tag in tags:
-            if not re.fullmatch(r"[A-Za-z_][\w-]*", tag):
+            if not isinstance(tag, str) or not re.fullmatch(r"[A-Za-z_][\w-]*", tag):
                 raise ValueError(f"invalid tag name {tag!r}: use letters, digits, '_' or '-'")
-        if max_action_chars <= 0:
-            raise ValueError("max_action_chars must be positive")
+        if isinstance(max_action_chars, bool) or not isinstance(max_action_chars, int) or max_action_chars <= 0:
+            raise ValueError(f"max_action_chars must be a positive integer, got {max_action_chars!r}")
         self.tags = tuple(tags)
         self.max_action_chars = max_action_chars
-        names = "|".join(re.escape(t) for t in self.tags)
-        self._block = re.compile(rf"<({names})>(.*?)</\1\s*>", re.DOTALL | re.IGNORECASE)
-        self._think = re.compile(r"<think>.*?(</think>|$)", re.DOTALL | re.IGNORECASE)
+        self._accepted = {t.lower() for t in self.tags}
+        names = "|".join(re.escape(t) for t in sorted(self._accepted | {"think"}, key=len, reverse=True))
+        self._tag = re.compile(
+            rf"<\s*+(?:(?P<close>/)\s*+(?P<closed>{names})\s*+|(?P<opened>{names})(?:\s[^<>]*+)?)>",
+            re.IGNORECASE,
+        )
 
     def __call__(self, text: str) -> ParsedAction:
         if not isinstance(text, str):
             return ParsedAction(None, f"model output is {type(text).__name__}, not text")
-        visible = self._think.sub("", text)
-        matches = self._block.findall(visible)
-        if not matches:
+        last_block = None  # (tag name, content start, content end) of the block that closed last
+        open_tag = None  # (tag name, content start) of the innermost candidate block
+        before_thinking = None  # last_block when the current <think> opened; restored at </think>
+        thinking = seen_think = False
+        for match in self._tag.finditer(text):
+            name = (match["closed"] or match["opened"]).lower()
+            if name == "think" and name not in self._accepted:
+                if not match["close"] and not thinking:
+                    before_thinking, thinking = last_block, True
+                elif match["close"] and thinking:
+                    last_block, thinking = before_thinking, False
+                elif match["close"] and not seen_think:
+                    last_block = None
+                seen_think = True
+                open_tag = None
+            elif match["close"]:
+                if open_tag is not None and open_tag[0] == name:
+                    last_block = (name, open_tag[1], match.start())
+                open_tag = None
+            else:
+                open_tag = (name, match.end())
+        if last_block is None:
             expected = " or ".join(f"<{t}>…</{t}>" for t in self.tags)
             return ParsedAction(None, f"no {expected} block found")
-        action = " ".join(matches[-1][1].split())
+        name, start, end = last_block
+        action = " ".join(text[start:end].split())
         if not action:
-            return ParsedAction(None, f"empty <{matches[-1][0]}> block")
+            return ParsedAction(None, f"empty <{name}> block")
         if len(action) > self.max_action_chars:
             return ParsedAction(None, f"action longer than {self.max_action_chars} characters")
         return ParsedAction(action)

@@ -39,16 +39,6 @@ def wants_sample_fields(fn: Callable) -> Callable:
     return fn
 
 
-def algorithm_section(config: Any, name: str) -> dict[str, Any]:
-    """``algorithm.<name>`` as a plain dict, whether config is a DictConfig, a dict, a dataclass or None."""
-    if config is None:
-        return {}
-    section = config.get(name) if hasattr(config, "get") else getattr(config, name, None)
-    if section is None:
-        return {}
-    return dict(section.items()) if hasattr(section, "items") else dict(section)
-
-
 def _require_fields(name: str, sample_fields: dict[str, np.ndarray] | None, keys: tuple[str, ...]) -> None:
     if sample_fields is None:
         raise ValueError(
@@ -84,11 +74,9 @@ def skillrise_estimator(
     curate_weight (1.0), eps (1e-6)."""
     keys = (sf.TRAJECTORY_ID, sf.SEQUENCE_ID, sf.POSITION, sf.PHASE)
     _require_fields("skillrise", sample_fields, keys)
-    options = {"gamma": 0.6, "norm": "std", "curate_weight": 1.0, "eps": 1e-6}
-    unknown = set(algorithm_section(config, "skillrise")) - set(options)
-    if unknown:
-        raise ValueError(f"unknown algorithm.skillrise options {sorted(unknown)}; known: {sorted(options)}")
-    options.update(algorithm_section(config, "skillrise"))
+    from skl_verl.config_checks import estimator_options
+
+    options = estimator_options(config, "skillrise")
     phase = np.asarray(sample_fields[sf.PHASE]).astype(str)
     bad = sorted(set(phase) - {"solve", "curate"})
     if bad:
@@ -124,7 +112,9 @@ def grouped_grpo_estimator(
     Options under ``algorithm.skl_grpo``: norm ('std'|'mean'), eps."""
     keys = (sf.SEQUENCE_ID, sf.POSITION, sf.PHASE)
     _require_fields("skl_grpo", sample_fields, keys)
-    options = {"norm": "std", "eps": 1e-6} | algorithm_section(config, "skl_grpo")
+    from skl_verl.config_checks import estimator_options
+
+    options = estimator_options(config, "skl_grpo")
     groups = group_codes(*(sample_fields[k] for k in keys))
     scores = _outcome_scores(token_level_rewards).to(torch.float64)
     advantages = group_relative_advantages(scores, groups, norm=options["norm"], eps=float(options["eps"]))
@@ -197,11 +187,9 @@ def skl_sd_estimator(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """SKL-SD Eq. 1. Options under ``algorithm.skl_sd``: lambda_distill (λ1), lambda_reflect (λ2)."""
     _require_fields("skl_sd", sample_fields, (sf.PHASE, sf.KEEP))
-    options = {"lambda_distill": 1.0, "lambda_reflect": 1.0}
-    unknown = set(algorithm_section(config, "skl_sd")) - set(options)
-    if unknown:
-        raise ValueError(f"unknown algorithm.skl_sd options {sorted(unknown)}; known: {sorted(options)}")
-    options.update(algorithm_section(config, "skl_sd"))
+    from skl_verl.config_checks import estimator_options
+
+    options = estimator_options(config, "skl_sd")
     weights = skl_sd_weights(sample_fields[sf.PHASE], sample_fields[sf.KEEP], **options)
     return _to_tokens(weights, _outcome_scores(token_level_rewards), response_mask)
 
@@ -224,11 +212,9 @@ def skl_rl_estimator(
     k1-reward policy-gradient form), from the old log-probs; probes themselves get 0.
     Options under ``algorithm.skl_rl``: distill_coef (λ), norm ('std'|'mean'), eps."""
     _require_fields("skl_rl", sample_fields, (sf.TRAJECTORY_ID, sf.SEQUENCE_ID, sf.PHASE))
-    options = {"distill_coef": 0.1, "norm": "std", "eps": 1e-6}
-    unknown = set(algorithm_section(config, "skl_rl")) - set(options)
-    if unknown:
-        raise ValueError(f"unknown algorithm.skl_rl options {sorted(unknown)}; known: {sorted(options)}")
-    options.update(algorithm_section(config, "skl_rl"))
+    from skl_verl.config_checks import estimator_options
+
+    options = estimator_options(config, "skl_rl")
     coef = float(options["distill_coef"])
     phase = np.asarray(sample_fields[sf.PHASE]).astype(str)
     unknown_phases = sorted(set(phase) - {"act", "distill", "distill_teacher"})

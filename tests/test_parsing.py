@@ -49,6 +49,9 @@ def test_non_text_and_huge_outputs_are_errors(text):
         ("<think>maybe <action>up</action></think> final: <answer>Nf3</answer>", "Nf3"),
         ("<ACTION>Right</ACTION>", "Right"),
         ("<action>go   to\n kitchen</action>", "go to kitchen"),
+        ("<think>forgot to close <action>up</action>", "up"),
+        ("<action><action>left</action></action>", "left"),
+        ('< action id="1" >up</ action >', "up"),
     ],
 )
 def test_last_complete_block_outside_thinking_wins(text, expected):
@@ -61,7 +64,8 @@ def test_last_complete_block_outside_thinking_wins(text, expected):
         ("up", "no <action>"),
         ("<action>up", "no <action>"),
         ("<action>   </action>", "empty"),
-        ("<think><action>up</action>", "no <action>"),
+        ("<think><action>up</action></think>", "no <action>"),
+        ("<action>up</action> so that is settled</think>", "no <action>"),
         ("<action>" + "a" * 300 + "</action>", "longer than 256"),
     ],
 )

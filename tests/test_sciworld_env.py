@@ -103,7 +103,7 @@ def test_gold_sequence_wins(env):
 def test_invalid_action_is_flagged_not_raised(env):
     env.reset(_tid("find-non-living-thing", 1))
     key = env.state_key()
-    for bad in ("fly to the moon", "", "reset task"):
+    for bad in ("fly to the moon", "", "reset task", "look \ud800around"):
         result = env.step(bad)
         assert result.invalid_action and not result.done and result.reward == 0.0
     assert env.state_key() == key  # nothing moved

@@ -150,7 +150,7 @@ def test_bad_inputs_fail_loudly():
     fn = get_adv_estimator_fn("skillrise")
     with pytest.raises(ValueError, match="per-sample fields"):
         fn(token_level_rewards=rewards, response_mask=mask)
-    with pytest.raises(ValueError, match="unknown algorithm.skillrise options"):
+    with pytest.raises(ValueError, match="algorithm.skillrise.gama is not an option: did you mean algorithm.skillrise.gamma"):
         fn(token_level_rewards=rewards, response_mask=mask, config={"skillrise": {"gama": 0.5}}, sample_fields=fields)
     fields[sf.PHASE] = np.array(["solve", "act", "curate"], dtype=object)
     with pytest.raises(ValueError, match="phases"):

@@ -3,6 +3,7 @@ rollouts, versioning, JSONL round trips and atomic writes."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 
@@ -194,8 +195,10 @@ def test_knowledge_table_save_load_round_trip(tmp_path) -> None:
     table = _table()
     path = tmp_path / "z.jsonl"
     table.save(path)
-    lines = path.read_text(encoding="utf-8").splitlines()
-    assert len(lines) == 4 and all(set(json.loads(line)) == {"state_key", "epoch", "text"} for line in lines)
+    header, *lines = path.read_text(encoding="utf-8").splitlines()
+    assert json.loads(header)["records"] == 4 and json.loads(header)["skl_verl"] == "knowledge_table"
+    assert [json.loads(line)["n"] for line in lines] == [0, 1, 2, 3]
+    assert all(set(json.loads(line)) == {"n", "state_key", "epoch", "text"} for line in lines)
     loaded = KnowledgeTable.load(path)
     assert loaded == table
     assert loaded.keys() == table.keys()
@@ -204,10 +207,13 @@ def test_knowledge_table_save_load_round_trip(tmp_path) -> None:
     assert loaded != table  # equality does look at the texts
     empty = tmp_path / "empty.jsonl"
     KnowledgeTable().save(empty)
-    assert KnowledgeTable.load(empty) == KnowledgeTable() and empty.read_text() == ""
+    assert KnowledgeTable.load(empty) == KnowledgeTable() and len(empty.read_text().splitlines()) == 1
     bad = tmp_path / "bad.jsonl"
-    bad.write_text('{"state_key": "s", "epoch": -2, "text": "x"}\n')
-    with pytest.raises(ValueError, match=":1:"):
+    record = '{"n": 0, "state_key": "s", "epoch": -2, "text": "x"}\n'
+    header = {"skl_verl": "knowledge_table", "format": 1, "records": 1,
+              "sha256": hashlib.sha256(record.encode()).hexdigest()}
+    bad.write_text(json.dumps(header) + "\n" + record)
+    with pytest.raises(ValueError, match=":2: bad knowledge record"):
         KnowledgeTable.load(bad)
 
 
@@ -220,7 +226,7 @@ def test_replay_buffer_save_load_round_trip(buffer: ReplayBuffer, tmp_path) -> N
     )
     path = tmp_path / "buffer.jsonl"
     buffer.save(path)
-    assert len(path.read_text(encoding="utf-8").splitlines()) == len(buffer) == 12
+    assert len(path.read_text(encoding="utf-8").splitlines()) == 1 + len(buffer) == 13
     loaded = ReplayBuffer.load(path)
     assert loaded == buffer
     assert loaded.episode_ids() == buffer.episode_ids() and loaded.latest_epoch == 4

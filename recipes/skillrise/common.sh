@@ -3,9 +3,11 @@ RECIPE_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 DEFAULT_MODEL=Qwen/Qwen3-4B
 source "$RECIPE_DIR/../common.sh"
 K=${K:-3}
+require_int K 1 3
 
 # build_sequences NAME ENV_KWARGS_JSON -> $DATA_DIR/NAME.parquet (ordered K-task sequences)
 build_sequences() {
+  check_resources
   local out="$DATA_DIR/$1.parquet"
   if [ "$DRY_RUN" = false ] && [ ! -f "$out" ]; then
     "$PYTHON" -m skl_verl.skillrise.build_dataset --env "$ENV_NAME" --env-kwargs "$2" --k "$K" --seed "$SEED" --out "$out"

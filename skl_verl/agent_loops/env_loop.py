@@ -29,6 +29,7 @@ from envs import TextEnv
 from skl_verl import sample_fields as sf
 from skl_verl.env_pool import ENV_POOL
 from skl_verl.parsing import build_parser
+from skl_verl.prompt_safety import neutralise_special_tokens
 
 logger = logging.getLogger(__name__)
 
@@ -198,7 +199,7 @@ class EnvAgentLoop(AgentLoopBase):
             failure = None
         messages = [
             {"role": "system", "content": system_prompt},
-            {"role": "user", "content": f"{preamble}{first_turn}"},
+            {"role": "user", "content": neutralise_special_tokens(f"{preamble}{first_turn}", self.tokenizer)},
         ]
         prompt_ids = await self.ct_build_initial_tokens(messages)
         episode = EpisodeResult(prompt_ids, [], [], None, messages, failed=failure, task_text=first_turn)
@@ -269,7 +270,7 @@ class EnvAgentLoop(AgentLoopBase):
         """Append a message the policy is not trained on (response_mask 0), e.g. env feedback.
         False (nothing appended) when it would exceed the response budget."""
         previous = list(stream.messages)
-        messages = previous + [{"role": role, "content": content}]
+        messages = previous + [{"role": role, "content": neutralise_special_tokens(content, self.tokenizer)}]
         merged, mask, logprobs = await self.ct_merge_context_msg(
             previous, messages, stream.token_ids, stream.response_mask, stream.logprobs
         )

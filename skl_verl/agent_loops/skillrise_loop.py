@@ -28,6 +28,7 @@ from skl_verl.agent_loops.env_loop import (
 )
 from skl_verl.env_pool import ENV_POOL
 from skl_verl.parsing import TagActionParser
+from skl_verl.prompt_safety import neutralise_special_tokens
 from skl_verl.skillrise import prompts
 
 
@@ -125,7 +126,7 @@ class SkillRiseAgentLoop(EnvAgentLoop):
             total=len(episode.transcript), steps=steps,
         )
         system = prompts.CURATE_SYSTEM.format(max_words=self.max_document_words)
-        return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+        return [{"role": "system", "content": system}, {"role": "user", "content": neutralise_special_tokens(user, self.tokenizer)}]
 
     def _prompt_length(self, messages: list[dict[str, str]]) -> int:
         ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)

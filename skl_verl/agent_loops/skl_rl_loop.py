@@ -38,6 +38,7 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopOutput, register
 from skl_verl import sample_fields as sf
 from skl_verl.agent_loops.env_loop import EpisodeResult, TurnContext, render_turn, single_turn_output, stable_seed
 from skl_verl.agent_loops.stateful_loop import StatefulAgentLoop
+from skl_verl.prompt_safety import encode_as_text, neutralise_special_tokens
 from skl_verl.skl.simulation import BoardPolicy, RandomPolicy, render_branches, simulate_branches
 
 REFINE_REQUEST = (
@@ -74,7 +75,7 @@ class ModelMovePolicy:
             shown = self.root_observation
         messages = [
             {"role": "system", "content": self.agent_loop.system_prompt},
-            {"role": "user", "content": f"{shown}\n\n{SIMULATION_PROMPT}"},
+            {"role": "user", "content": neutralise_special_tokens(f"{shown}\n\n{SIMULATION_PROMPT}", self.agent_loop.tokenizer)},
         ]
         prompt_ids = self.agent_loop.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
         prompt_ids = prompt_ids if isinstance(prompt_ids, list) else prompt_ids["input_ids"]
@@ -169,7 +170,7 @@ class SklRlAgentLoop(StatefulAgentLoop):
 
     async def _distill_sample(self, trace: AgentLoopOutput, record: dict[str, Any], position: int, context_ids: list[int], sampling_params):
         target = f"<knowledge>{record['refined_knowledge']}</knowledge>"
-        response_ids = self.tokenizer(target, add_special_tokens=False)["input_ids"] + [self.tokenizer.eos_token_id]
+        response_ids = encode_as_text(target, self.tokenizer) + [self.tokenizer.eos_token_id]
         response_ids = response_ids[: self.response_length]
         fields = {
             sf.TRAJECTORY_ID: trace.extra_fields[sf.TRAJECTORY_ID], sf.SEQUENCE_ID: trace.extra_fields[sf.SEQUENCE_ID],
@@ -213,8 +214,13 @@ class SklRlAgentLoop(StatefulAgentLoop):
         text = render_branches(branches) if branches else "(simulation unavailable)"
         if self.distill_kind == "reverse" and "knowledge_end" in step:
             # Teacher context for z: the student context with the simulations shown before z.
-            messages = [dict(m) for m in context.stream.messages[: step["context_messages"]]]
-            messages[-1]["content"] += "\n\n" + TEACHER_HINT.format(n=len(branches), h=self.horizon, branches=text)
+            # Re-rendered from text, so the policy's own earlier replies are untrusted here too.
+            messages = [
+                {**m, "content": neutralise_special_tokens(m["content"], self.tokenizer)}
+                for m in context.stream.messages[: step["context_messages"]]
+            ]
+            hint = TEACHER_HINT.format(n=len(branches), h=self.horizon, branches=text)
+            messages[-1]["content"] += "\n\n" + neutralise_special_tokens(hint, self.tokenizer)
             self._teacher_contexts.append((len(episode.knowledge_steps) - 1, messages))
         request = REFINE_REQUEST.format(n=len(branches), h=self.horizon, branches=text)
         if not await self.add_context(context.stream, "user", request):

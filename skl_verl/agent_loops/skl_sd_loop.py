@@ -32,6 +32,7 @@ from skl_verl.agent_loops.env_loop import (
 )
 from skl_verl.agent_loops.stateful_loop import StatefulAgentLoop
 from skl_verl.env_pool import ENV_POOL
+from skl_verl.prompt_safety import neutralise_special_tokens
 from skl_verl.skl import prompts
 from skl_verl.skl.knowledge import KnowledgeTable, ReplayBuffer, Transition
 
@@ -168,7 +169,10 @@ class SklSdAgentLoop(StatefulAgentLoop):
             count=len(rollouts), horizon=self.horizon, rollouts=prompts.render_rollouts(rollouts),
             successor=self.successor_knowledge(moves, t, refined, table),
         )
-        messages = [{"role": "system", "content": prompts.REFLECT_SYSTEM}, {"role": "user", "content": user}]
+        messages = [
+            {"role": "system", "content": prompts.REFLECT_SYSTEM},
+            {"role": "user", "content": neutralise_special_tokens(user, self.tokenizer)},
+        ]
         prompt_ids = await self.ct_build_initial_tokens(messages)
         output = await self.server_manager.generate(
             request_id=f"{trial}:reflect{t}", prompt_ids=prompt_ids, sampling_params=sampling_params

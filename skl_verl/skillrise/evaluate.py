@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import sys
 import tempfile
 from collections import defaultdict
 from pathlib import Path
@@ -121,7 +123,9 @@ def _make_client(args, tokenizer):
     if args.endpoint:
         from skl_verl.openai_client import OpenAICompletionsClient
 
-        return OpenAICompletionsClient(args.endpoint, args.served_model, tokenizer, max_new_tokens=args.max_new_tokens)
+        client = OpenAICompletionsClient(args.endpoint, args.served_model, tokenizer, max_new_tokens=args.max_new_tokens)
+        client.check()
+        return client
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -160,56 +164,120 @@ def run_rollouts(args, env_kwargs: dict[str, Any], sequences, tokenizer, client,
     return records
 
 
+def _at_least(low: int):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"{value} is below {low}")
+        return value
+
+    return parse
+
+
+def _sequence_lengths(text: str) -> list[int]:
+    parse = _at_least(1)
+    try:
+        return [parse(part.strip()) for part in text.split(",") if part.strip()]
+    except argparse.ArgumentTypeError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r}: {exc}; give lengths like 1,2,3") from None
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON ({exc.msg} at character {exc.pos})") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a JSON object like '{{\"split\": \"test\"}}'")
+    return value
+
+
+def write_results(path: str | os.PathLike, results: dict[str, Any]) -> None:
+    """Replace ``path`` with ``results`` atomically: a kill leaves the previous version whole."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(results, indent=2))
+    os.replace(tmp, path)
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--env", required=True)
-    parser.add_argument("--env-kwargs", default="{}")
+    parser.add_argument("--env-kwargs", type=_json_object, default={})
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--model", help="local Hugging Face checkpoint (runs on GPU when available)")
     source.add_argument("--endpoint", help="OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1")
     parser.add_argument("--served-model", help="model name at the endpoint")
     parser.add_argument("--tokenizer", help="tokenizer path (required with --endpoint)")
-    parser.add_argument("--max-tasks", type=int, default=128, help="held-out tasks (paper: 128)")
-    parser.add_argument("--attempts", type=int, default=3, help="Pass@k up to this k (paper: 3)")
-    parser.add_argument("--scaling-k", default="", help="comma-separated sequence lengths, e.g. 1,2,3,4,5")
-    parser.add_argument("--trials", type=int, default=1, help="independent trials per task or sequence")
+    parser.add_argument("--max-tasks", type=_at_least(1), default=128, help="held-out tasks (paper: 128)")
+    parser.add_argument("--attempts", type=_at_least(1), default=3, help="Pass@k up to this k (paper: 3)")
+    parser.add_argument("--scaling-k", type=_sequence_lengths, default=[],
+                        help="comma-separated sequence lengths, e.g. 1,2,3,4,5")
+    parser.add_argument("--trials", type=_at_least(1), default=1, help="independent trials per task or sequence")
     parser.add_argument("--temperature", type=float, default=0.7, help="paper: 0.7")
-    parser.add_argument("--max-new-tokens", type=int, default=512, help="per model turn")
-    parser.add_argument("--max-prompt-length", type=int, default=4096)
-    parser.add_argument("--max-response-length", type=int, default=1024)
-    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--max-new-tokens", type=_at_least(1), default=512, help="per model turn")
+    parser.add_argument("--max-prompt-length", type=_at_least(1), default=4096)
+    parser.add_argument("--max-response-length", type=_at_least(1), default=1024)
+    parser.add_argument("--batch-size", type=_at_least(1), default=8)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--label", default="ours")
-    parser.add_argument("--out", help="write all numbers as JSON here")
+    parser.add_argument("--out", help="write all numbers as JSON here (rewritten after each stage)")
     parser.add_argument("overrides", nargs="*", help="hydra overrides on verl's ppo_trainer config")
     args = parser.parse_args(argv)
     if args.endpoint and not (args.served_model and args.tokenizer):
         parser.error("--endpoint needs --served-model and --tokenizer")
+    if args.temperature < 0:
+        parser.error(f"argument --temperature: {args.temperature} is below 0")
+    results: dict[str, Any] = {"env": args.env, "trials": args.trials, "complete": False}
+    if args.out:
+        try:
+            write_results(args.out, results)
+        except OSError as exc:
+            parser.error(f"argument --out: cannot write {args.out}: {exc.strerror or exc}")
 
+    from skl_verl.openai_client import EndpointError
+
+    try:
+        return _evaluate(args, results)
+    except EndpointError as exc:
+        saved = f"; results so far are in {args.out}" if args.out else ""
+        sys.exit(f"error: {exc}{saved}")
+
+
+def _evaluate(args, results: dict[str, Any]) -> dict[str, Any]:
     from transformers import AutoTokenizer
 
-    env_kwargs = json.loads(args.env_kwargs)
-    env = make_env(args.env, **env_kwargs)
+    def save() -> None:
+        if args.out:
+            write_results(args.out, results)
+
+    env = make_env(args.env, **args.env_kwargs)
     try:
         tasks = sorted(env.tasks(), key=lambda t: t.task_id)[: args.max_tasks]
     finally:
         env.close()
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer or args.model)
     client = _make_client(args, tokenizer)
-    results: dict[str, Any] = {"env": args.env, "tasks": len(tasks), "trials": args.trials}
+    results["tasks"] = len(tasks)
     with tempfile.TemporaryDirectory() as tmp:
-        records = run_rollouts(args, env_kwargs, retry_sequences(tasks, args.attempts), tokenizer, client, Path(tmp), "pass_at_k")
+        records = run_rollouts(args, args.env_kwargs, retry_sequences(tasks, args.attempts), tokenizer, client, Path(tmp), "pass_at_k")
         results["pass_at_k"] = pass_at_k(records, args.attempts)
         first_attempts = [r for r in records if r["position"] == 0]
         results["pass_at_1_by_family"] = {f: v[1] for f, v in pass_at_k_by_family(first_attempts, 1).items()}
         results["scaling"] = {}
-        for k in [int(x) for x in args.scaling_k.split(",") if x.strip()]:
+        save()
+        for k in args.scaling_k:
             sequences = build_sequences(tasks, k, seed=args.seed)
             if not sequences:
                 print(f"scaling: no sequence of {k} tasks can be formed from {len(tasks)} tasks; skipped")
                 continue
-            scaled = run_rollouts(args, env_kwargs, sequences, tokenizer, client, Path(tmp), f"scaling_k{k}")
+            scaled = run_rollouts(args, args.env_kwargs, sequences, tokenizer, client, Path(tmp), f"scaling_k{k}")
             results["scaling"][k] = {"success_rate": success_rate(scaled), "tasks_played": len(scaled)}
+            save()
 
     if args.env in PAPER_ENVS:
         print(table1(args.env, results["pass_at_k"][1], results["pass_at_1_by_family"], args.label))
@@ -218,9 +286,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if results["scaling"]:
         print("\nTest-time scaling (success % by sequence length K, one attempt per task)")
         print(format_table([f"K={k}" for k in results["scaling"]], [(args.label, [100 * v["success_rate"] for v in results["scaling"].values()])]))
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(results, indent=2))
+    results["complete"] = True
+    save()
     return results
 
 

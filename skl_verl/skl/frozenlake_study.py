@@ -88,6 +88,7 @@ from typing import Any, Protocol
 
 from envs.frozenlake import ACTIONS, FrozenLakeEnv
 from skl_verl.parsing import TagActionParser
+from skl_verl.prompt_safety import neutralise_special_tokens
 from skl_verl.skl.knowledge import KnowledgeTable, ReplayBuffer, Transition
 
 logger = logging.getLogger(__name__)
@@ -377,6 +378,8 @@ class ChatLLM:
         self.calls = 0
 
     def prompt_ids(self, messages: list[dict[str, str]]) -> list[int]:
+        # Every message here carries env text or the model's own earlier words: none is trusted.
+        messages = [{**m, "content": neutralise_special_tokens(m["content"], self.tokenizer)} for m in messages]
         text = self.tokenizer.apply_chat_template(
             messages, add_generation_prompt=True, tokenize=False, **self.config.chat_template_kwargs
         )

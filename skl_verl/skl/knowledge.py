@@ -9,25 +9,35 @@
   the ``next_state_key`` of its last transition.
 
 Both persist as JSONL, written atomically (temp file in the same folder, fsync, ``os.replace``), so
-a crash mid-save leaves the previous file intact. ``load(save(x)) == x`` exactly.
+a crash mid-save leaves the previous file intact; temp files that a killed writer left behind are
+removed by the next save to the same path. ``load(save(x)) == x`` exactly.
 
-JSONL records
--------------
-``KnowledgeTable``: one line per version, ``{"state_key": str, "epoch": int, "text": str}``, keys in
-first-insertion order, versions in epoch order.
+JSONL files
+-----------
+Line 1 is a header, ``{"skl_verl": KIND, "format": 1, "records": N, "sha256": HEX}``: KIND is
+``knowledge_table`` or ``replay_buffer``, N the number of record lines after it and HEX the SHA-256
+of those lines' bytes. Every record line carries its position ``"n"`` (0, 1, ...). A load checks all
+of it, so a file cut at a line boundary (or to nothing), lines duplicated, swapped or edited, and
+invalid UTF-8 are errors naming the path and the line, never a silently smaller table.
 
-``ReplayBuffer``: one line per transition (``Transition.to_dict()``: ``episode_id, t, state_key,
-observation, knowledge, action, reward, next_state_key, done, epoch``), episodes in insertion order,
-transitions in time order.
+``KnowledgeTable``: one line per version, ``{"n": int, "state_key": str, "epoch": int, "text": str}``,
+keys in first-insertion order, versions in epoch order.
+
+``ReplayBuffer``: one line per transition (``"n"`` plus ``Transition.to_dict()``: ``episode_id, t,
+state_key, observation, knowledge, action, reward, next_state_key, done, epoch``), episodes in
+insertion order, transitions in time order.
 """
 
 from __future__ import annotations
 
 import bisect
+import hashlib
 import json
 import os
 import random
+import socket
 import tempfile
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -55,21 +65,32 @@ def _check_nonneg_int(value: Any, what: str) -> int:
     return value
 
 
-def atomic_write_jsonl(path: str | os.PathLike[str], records: Iterable[dict[str, Any]]) -> None:
-    """Write ``records`` as JSON lines to ``path`` atomically.
+FORMAT_VERSION = 1
+ORPHAN_AGE_S = 3600.0
+"""A temp file whose writer cannot be identified is an orphan once it is this old."""
+
+
+def atomic_write_jsonl(path: str | os.PathLike[str], records: Iterable[dict[str, Any]], kind: str) -> None:
+    """Write a header and ``records`` as JSON lines to ``path`` atomically (format in the module doc).
 
     The lines go to a temp file in the target's folder, which is fsync'ed and then moved over
     ``path`` with ``os.replace``; if anything fails (serialisation included) the temp file is
-    removed and the old ``path`` (if any) is left untouched.
+    removed and the old ``path`` (if any) is left untouched. Temp files of earlier writers of
+    ``path`` that were killed mid-save are removed first.
     """
     target = Path(path)
     folder = target.parent if str(target.parent) else Path(".")
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
+    _remove_orphaned_temp_files(folder, target.name)
+    fd, tmp = tempfile.mkstemp(prefix=f"{_temp_prefix(target.name)}{socket.gethostname()}.{os.getpid()}.",
+                               suffix=".tmp", dir=folder)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
-            for record in records:
-                handle.write(json.dumps(record, ensure_ascii=False))
-                handle.write("\n")
+        body = "".join(json.dumps({"n": n, **record}, ensure_ascii=False) + "\n" for n, record in enumerate(records))
+        data = body.encode("utf-8")
+        header = {"skl_verl": kind, "format": FORMAT_VERSION, "records": body.count("\n"),
+                  "sha256": hashlib.sha256(data).hexdigest()}
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(json.dumps(header).encode("utf-8") + b"\n")
+            handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
         try:  # mkstemp makes the file 0600; keep the old file's mode, else the usual 0644
@@ -86,18 +107,91 @@ def atomic_write_jsonl(path: str | os.PathLike[str], records: Iterable[dict[str,
         raise
 
 
-def _read_jsonl(path: str | os.PathLike[str]) -> Iterator[tuple[int, dict[str, Any]]]:
-    with open(path, encoding="utf-8") as handle:
-        for lineno, line in enumerate(handle, start=1):
-            if not line.strip():
+def _temp_prefix(name: str) -> str:
+    return f".{name}."
+
+
+def _remove_orphaned_temp_files(folder: Path, name: str) -> None:
+    """Temp files named ``.NAME.HOST.PID.XXXX.tmp`` whose writer (this host, that pid) is gone, and
+    unattributable ones older than ``ORPHAN_AGE_S``. A live writer's file is never touched: it
+    may be mid-save."""
+    prefix = _temp_prefix(name)
+    host = socket.gethostname()
+    for candidate in folder.glob(f"{_glob_escape(prefix)}*.tmp"):
+        owner = candidate.name[len(prefix) : -len(".tmp")].rsplit(".", 2)
+        try:
+            if len(owner) == 3 and owner[1].isdigit():
+                if owner[0] != host or _process_alive(int(owner[1])):
+                    continue
+            elif time.time() - candidate.stat().st_mtime < ORPHAN_AGE_S:
                 continue
+            candidate.unlink()
+        except FileNotFoundError:
+            pass  # another save removed it first
+
+
+def _glob_escape(text: str) -> str:
+    return "".join(f"[{c}]" if c in "*?[" else c for c in text)
+
+
+def _process_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process
+    return True
+
+
+def _read_jsonl(path: str | os.PathLike[str], kind: str) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, record without ``n``) for each record of a file written by atomic_write_jsonl,
+    checking the header, every position, the count and the checksum."""
+    digest = hashlib.sha256()
+    header: dict[str, Any] | None = None
+    expected = 0
+    with open(path, "rb") as handle:
+        for lineno, raw in enumerate(handle, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise ValueError(
+                    f"{path}:{lineno}: not valid UTF-8 (byte {raw[exc.start]:#04x} at column {exc.start + 1})"
+                ) from None
             try:
                 record = json.loads(line)
             except json.JSONDecodeError as exc:
-                raise ValueError(f"{path}:{lineno}: not valid JSON: {exc}") from None
+                where = "the header" if lineno == 1 else "a record"
+                raise ValueError(f"{path}:{lineno}: {where} is not valid JSON ({exc.msg}); the file is damaged") from None
+            if header is None:
+                if not isinstance(record, dict) or record.get("skl_verl") != kind:
+                    raise ValueError(f"{path}:1: not a {kind} file (no skl_verl header line)")
+                if record.get("format") != FORMAT_VERSION:
+                    raise ValueError(f"{path}:1: format {record.get('format')!r}; this skl-verl reads {FORMAT_VERSION}")
+                header = record
+                continue
+            digest.update(raw)
             if not isinstance(record, dict):
                 raise ValueError(f"{path}:{lineno}: expected a JSON object, got {type(record).__name__}")
+            position = record.pop("n", None)
+            if position != expected:
+                raise ValueError(
+                    f"{path}:{lineno}: holds record {position} where record {expected} belongs: "
+                    "lines were duplicated, swapped or removed"
+                )
+            expected += 1
             yield lineno, record
+    if header is None:
+        raise ValueError(f"{path}: empty file (a save always writes a header line); it was truncated")
+    if expected != header.get("records"):
+        raise ValueError(
+            f"{path}:{expected + 2}: the file ends after {expected} records, its header promises "
+            f"{header.get('records')}; it was truncated"
+        )
+    if digest.hexdigest() != header.get("sha256"):
+        raise ValueError(f"{path}: the records do not match the header's sha256; the file was edited or corrupted")
 
 
 # --------------------------------------------------------------------------- knowledge table
@@ -110,6 +204,8 @@ class KnowledgeTable:
     (key, epoch) again replaces that version); ``get(key, epoch)`` returns the latest version at or
     before ``epoch`` (``epoch=None``: the latest of all), or None when there is none.
     """
+
+    FILE_KIND = "knowledge_table"
 
     def __init__(self) -> None:
         self._versions: dict[str, list[tuple[int, str]]] = {}
@@ -183,12 +279,12 @@ class KnowledgeTable:
                 yield {"state_key": key, "epoch": epoch, "text": text}
 
     def save(self, path: str | os.PathLike[str]) -> None:
-        atomic_write_jsonl(path, self.records())
+        atomic_write_jsonl(path, self.records(), self.FILE_KIND)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> KnowledgeTable:
         table = cls()
-        for lineno, record in _read_jsonl(path):
+        for lineno, record in _read_jsonl(path, cls.FILE_KIND):
             try:
                 table.set(record["state_key"], record["text"], record["epoch"])
             except (KeyError, TypeError, ValueError) as exc:
@@ -257,6 +353,8 @@ class ReplayBuffer:
     Lookups go through an index ``state_key -> [(episode index, t index), ...]`` (plus one per
     ``(epoch, state_key)`` for ``scope="last_epoch"``), so a query costs O(visits of that state).
     """
+
+    FILE_KIND = "replay_buffer"
 
     def __init__(self) -> None:
         self._episodes: list[_Episode] = []
@@ -390,25 +488,31 @@ class ReplayBuffer:
                 yield tr.to_dict()
 
     def save(self, path: str | os.PathLike[str]) -> None:
-        atomic_write_jsonl(path, self.records())
+        atomic_write_jsonl(path, self.records(), self.FILE_KIND)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> ReplayBuffer:
         buffer = cls()
         current: list[Transition] = []
+        first_line = 0
 
         def flush() -> None:
             if current:
-                buffer.add_episode(current[0].episode_id, current, current[0].epoch)
+                try:
+                    buffer.add_episode(current[0].episode_id, current, current[0].epoch)
+                except (TypeError, ValueError) as exc:
+                    raise ValueError(f"{path}:{first_line}: bad episode starting here: {exc}") from None
                 current.clear()
 
-        for lineno, record in _read_jsonl(path):
+        for lineno, record in _read_jsonl(path, cls.FILE_KIND):
             try:
                 tr = Transition.from_dict(record)
             except (TypeError, ValueError) as exc:
                 raise ValueError(f"{path}:{lineno}: bad transition record: {exc}") from None
             if current and tr.episode_id != current[0].episode_id:
                 flush()
+            if not current:
+                first_line = lineno
             current.append(tr)
         flush()
         return buffer

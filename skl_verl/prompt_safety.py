@@ -1,0 +1,66 @@
+"""Keeping untrusted text from turning into a tokenizer's special tokens.
+
+Env observations, skill documents, knowledge entries and replayed trajectories are rendered into
+chat prompts. A tokenizer maps the *string* ``<|im_start|>`` to its control token wherever it
+appears, so an observation or a curated document holding it would open a new chat turn (a
+``system`` one, say) inside our prompt. Every prompt builder passes untrusted text through
+:func:`neutralise_special_tokens` before it reaches ``apply_chat_template``; text the policy wrote that
+is turned into token ids directly goes through :func:`encode_as_text`.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from typing import Any
+
+BREAK = "\u200b"
+"""Inserted after the first character of a special-token string: the text still reads the same
+to the model, but the tokenizer no longer sees the reserved string."""
+
+
+def special_token_strings(tokenizer: Any) -> tuple[str, ...]:
+    """Every string the tokenizer turns into a special token (named and added ones)."""
+    strings = set(getattr(tokenizer, "all_special_tokens", None) or [])
+    for token in (getattr(tokenizer, "added_tokens_decoder", None) or {}).values():
+        if getattr(token, "special", False):
+            strings.add(str(token.content))
+    # A one-character token has no inside to break; no tokenizer we support has one.
+    return tuple(sorted((s for s in strings if len(s) > 1), key=lambda s: (-len(s), s)))
+
+
+@functools.lru_cache(maxsize=16)
+def _pattern(strings: tuple[str, ...]) -> re.Pattern[str]:
+    return re.compile("|".join(re.escape(s) for s in strings))
+
+
+def neutralise_special_tokens(text: str, tokenizer: Any) -> str:
+    """``text`` with every special-token string broken by a zero-width space.
+
+    Repeated until none is left: breaking one match can expose another that overlapped it (with
+    tokens such as ``xa`` and ``ab`` in ``xab``). Insertions never create a match, so it ends."""
+    strings = special_token_strings(tokenizer)
+    if not strings:
+        return text
+    pattern = _pattern(strings)
+    while pattern.search(text):
+        text = pattern.sub(lambda m: m.group(0)[0] + BREAK + m.group(0)[1:], text)
+    return text
+
+
+def encode_as_text(text: str, tokenizer: Any) -> list[int]:
+    """Token ids of ``text`` with every special-token string spelt in ordinary tokens, as the model
+    that wrote the text produced it. (``split_special_tokens=True`` does the same, but it flips
+    state shared by a fast tokenizer's users, and the agent loop tokenises in several threads.)"""
+    strings = special_token_strings(tokenizer)
+    if not strings:
+        return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+    ids: list[int] = []
+    start = 0
+    for match in _pattern(strings).finditer(text):
+        special = match.group(0)
+        ids += tokenizer(text[start : match.start()] + special[0], add_special_tokens=False)["input_ids"]
+        ids += encode_as_text(special[1:], tokenizer)
+        start = match.end()
+    ids += tokenizer(text[start:], add_special_tokens=False)["input_ids"]
+    return ids
