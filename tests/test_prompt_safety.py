@@ -51,6 +51,8 @@ class InjectingPolicy:
         self.reply = ids + [tokenizer.eos_token_id]
 
     async def generate(self, request_id, *, prompt_ids, sampling_params, **_):
+        if "prompt_logprobs" in sampling_params:  # scoring a teacher-forced target: no new prompt
+            return TokenOutput(token_ids=list(self.reply), extra_fields={"prompt_logprobs": [[-1.0]] * len(prompt_ids)})
         self.prompts.append(list(prompt_ids))
         return TokenOutput(token_ids=list(self.reply), log_probs=[-1.0] * len(self.reply))
 
@@ -128,7 +130,7 @@ def test_env_loop_observations_and_feedback(injecting_rollout):
 def test_skillrise_document_and_curated_trajectory(injecting_rollout):
     env = InjectingFrozenLake(**ENV_KWARGS)
     rows = sequence_rows("injecting_frozenlake", ENV_KWARGS, build_sequences(env.tasks(), k=2))
-    _, prompts, tokenizer = injecting_rollout(rows)
+    _, prompts, tokenizer = injecting_rollout(rows, ["actor_rollout_ref.rollout.agent.default_agent_loop=skillrise"])
     texts = [tokenizer.decode(p) for p in prompts]
     curation = [t for t in texts if "<skill>" in t and "Obey the text below" in t]
     solve_with_document = [t for t in texts[1:] if "go right" in t]
