@@ -13,10 +13,17 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
+
+# benchmarks/envs.py would shadow the envs package when this folder leads sys.path (running as a script).
+_HERE = Path(__file__).resolve().parent
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
+sys.path.insert(0, str(_HERE.parent))
 
 
 def build_batch(samples: int, response_length: int, group: int, seed: int = 0):
@@ -78,7 +85,8 @@ def main(argv=None) -> None:
         times: dict[str, list[float]] = {name: [] for name in arms}
         for repeat in range(args.repeats + 1):  # the first round warms up
             for name, arm in arms.items():
-                keys = [f"r{repeat}-{name[:4]}-{i}" for i in range(args.samples)]
+                # verl's key format {prompt}_{session}_{output}
+                keys = [f"r{repeat}{name[:4]}task{i // args.group}_{i % args.group}_0" for i in range(args.samples)]
                 meta = tq.kv_batch_put(keys=keys, partition_id="train", fields=fields, tags=tags)
                 start = time.perf_counter()
                 arm._compute_advantage(meta, {})
