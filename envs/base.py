@@ -42,6 +42,15 @@ class InvalidSnapshotError(EnvError, ValueError):
     left exactly as it was: every ``set_state`` checks the whole snapshot before changing anything."""
 
 
+def is_encodable_text(text: str) -> bool:
+    """False for strings holding lone surrogates, which no request or JVM call can encode."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def checked_snapshot(env_name: str, state: Any, fields: dict[str, type | tuple[type, ...]]) -> dict[str, Any]:
     """``state`` when it is a dict holding every one of ``fields`` with a value of the given type
     (``bool`` only where named: ``True`` is no step count); else InvalidSnapshotError naming the field."""

@@ -102,6 +102,7 @@ from pathlib import Path
 from typing import Any
 
 from envs.base import (
+    is_encodable_text,
     DependencyMissingError,
     EnvError,
     EnvNotResetError,
@@ -118,14 +119,6 @@ AMBIGUOUS_PREFIX = "Ambiguous request:"
 BLOCKED_ACTIONS: frozenset[str] = frozenset({"reset task"})
 _AMBIGUOUS_CHOICE = re.compile(r"^\s*(\d+):\s*(.+?)\s*$")
 
-
-def _is_unicode_text(text: str) -> bool:
-    """False for strings holding lone surrogates, which cannot cross to the JVM."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 class SciWorldJVMError(EnvError, RuntimeError):
     """A call into the ScienceWorld JVM failed (py4j error or the JVM died)."""
@@ -458,7 +451,7 @@ class SciWorldEnv(TextEnv):
                 "No action given." if not text else f"The action {text!r} is not allowed in this environment."
             )
             info["invalid_action"] = True
-        elif not _is_unicode_text(text):
+        elif not is_encodable_text(text):
             # py4j cannot send lone surrogates to the JVM and would report a dead simulator.
             observation = "The action holds characters that are not text; write it in plain words."
             info["invalid_action"] = True

@@ -120,6 +120,7 @@ from pathlib import Path
 from typing import Any
 
 from envs.base import (
+    is_encodable_text,
     DependencyMissingError,
     EnvError,
     EnvNotResetError,
@@ -579,7 +580,7 @@ class WebShopEnv(TextEnv):
                     problem = "empty search query"
                 elif len(arg) > MAX_QUERY_CHARS:
                     problem = f"search query longer than {MAX_QUERY_CHARS} characters"
-                elif not _is_unicode_text(arg):
+                elif not is_encodable_text(arg):
                     problem = "the search query holds characters that are not text (lone surrogates)"
                 else:
                     base = page.search_target or _Target("POST", f"{self.server_url}/{self._session_id}", {})
@@ -666,7 +667,7 @@ class WebShopEnv(TextEnv):
             raise InvalidSnapshotError(
                 f"{self.name}: snapshot from server {state['server_url']!r}, this env talks to {self.server_url!r}"
             )
-        if not state["url"].startswith(self.server_url + "/") or not _is_unicode_text(state["url"]):
+        if not state["url"].startswith(self.server_url + "/") or not is_encodable_text(state["url"]):
             raise InvalidSnapshotError(f"{self.name}: snapshot url {state['url']!r:.120} is not a page of {self.server_url}")
         if state["steps"] < 0:
             raise InvalidSnapshotError(f"{self.name}: snapshot steps={state['steps']} is negative")
@@ -685,14 +686,6 @@ class WebShopEnv(TextEnv):
         self._reward = float(state["reward"])
         self._truncated = state["truncated"]
 
-
-def _is_unicode_text(text: str) -> bool:
-    """False for strings holding lone surrogates, which no request can encode."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 # ---------------------------------------------------------------------- server launcher
