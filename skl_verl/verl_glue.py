@@ -330,6 +330,7 @@ def episode_metrics(non_tensor_batch: dict[str, np.ndarray]) -> dict[str, float]
         ("skl_invalid_format_turns", "invalid_format_turns/mean"),
         ("skl_invalid_action_turns", "invalid_action_turns/mean"),
         ("skl_truncated", "truncated_rate"),
+        ("skl_simulated_steps", "simulated_steps/mean"),  # SKL-RL: simulated env steps per episode
     ):
         if key in non_tensor_batch:
             values = np.asarray([v for v in non_tensor_batch[key] if v is not None], dtype=np.float64)
@@ -411,6 +412,7 @@ def _register_trainer() -> None:
                 return batch
             fields = ["uid", "response_mask", "rm_scores", "rollout_log_probs", "old_log_probs", "ref_log_prob", "extra_fields"]
             data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
+            stored_mask = data["response_mask"]  # TransferQueue's (nested) layout, which write-back must follow
             data = batch_to_dataproto(data)
             rows = data.select_idxs(real)  # padding rows copy sample 0's fields: keep them out of every group
             set_token_level_scores(rows)
@@ -442,7 +444,7 @@ def _register_trainer() -> None:
                 full[torch.as_tensor(real)] = rows.batch[name]
                 if name == "response_mask":
                     full[torch.as_tensor(~real)] = data.batch["response_mask"][torch.as_tensor(~real)]
-                out[name] = response_to_nested(full, data.batch["response_mask"])
+                out[name] = response_to_nested(full, stored_mask) if stored_mask.is_nested else full
             return tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=TensorDict(out, batch_size=len(batch)))
 
 
