@@ -3,13 +3,13 @@ scripts/make_alfworld_games.py (ALFWorld's own domain, grammar, goal templates a
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 import sys
 from pathlib import Path
 
 import pytest
+from alfworld_games import load_generator
 
 pytest.importorskip("alfworld", reason="alfworld (TextWorld engine) not installed: pip install alfworld==0.4.2")
 pytest.importorskip("fast_downward", reason="fast-downward-textworld not installed (textworld[pddl])")
@@ -38,17 +38,10 @@ EXPECTED_TRAIN = {
 }
 
 
-def _load_generator():
-    spec = importlib.util.spec_from_file_location("make_alfworld_games", ROOT / "scripts" / "make_alfworld_games.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
 
 @pytest.fixture(scope="module")
 def generator():
-    return _load_generator()
+    return load_generator()
 
 
 @pytest.fixture(scope="module")

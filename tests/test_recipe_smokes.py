@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from alfworld_games import load_generator
 from recipe_smoke import PYTHON, ROOT, RecipeRun, run_recipe
 
 pytestmark = pytest.mark.recipe_smoke
@@ -55,20 +56,13 @@ def skillrise_metrics(run: RecipeRun) -> list[str]:
 # ----------------------------------------------------------------------------- SkillRise (ALFWorld)
 
 
-def _alfworld_generator():
-    spec = importlib.util.spec_from_file_location("make_alfworld_games", ROOT / "scripts" / "make_alfworld_games.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
 
 @pytest.fixture(scope="module")
 def alfworld_data(tmp_path_factory):
     """The generator's 10 games plus three more, so K=2 sequences exist in both splits (3 train, 1 val)."""
     pytest.importorskip("alfworld", reason="alfworld not installed")
     pytest.importorskip("fast_downward", reason="fast-downward-textworld not installed (textworld[pddl])")
-    gen = _alfworld_generator()
+    gen = load_generator()
     G = gen.GameSpec
     extra = [
         G("train", "look_at_obj_in_light", "bedroom", "AlarmClock", toggle_target="DeskLamp", trial=11),
