@@ -49,6 +49,14 @@ def check_run(run: RecipeRun) -> dict:
     return run.steps[2]
 
 
+def check_skillrise_run(run: RecipeRun) -> None:
+    """A SkillRise run: both phases ran (curation metrics and later-position solves are logged)."""
+    check_run(run)
+    keys = run.all_keys()
+    assert "curate/error_rate" in keys, skillrise_metrics(run)
+    assert {"env/curate_success_rate@0", "env/solve_success_rate@1"} & keys, skillrise_metrics(run)
+
+
 def skillrise_metrics(run: RecipeRun) -> list[str]:
     return sorted(k for k in run.all_keys() if k.startswith(SKILLRISE_KEYS))
 
@@ -76,10 +84,7 @@ def alfworld_data(tmp_path_factory):
 
 def test_skillrise_alfworld(tmp_path, tiny_model_dir, alfworld_data):
     run = run_recipe(tmp_path, tiny_model_dir, "skillrise_alfworld", script="skillrise/run_alfworld.sh", env=alfworld_data)
-    check_run(run)
-    keys = run.all_keys()
-    assert "curate/error_rate" in keys, skillrise_metrics(run)
-    assert {"env/curate_success_rate@0", "env/solve_success_rate@1"} & keys, skillrise_metrics(run)
+    check_skillrise_run(run)
 
 
 def test_no_curation_alfworld(tmp_path, tiny_model_dir, alfworld_data):
@@ -110,10 +115,7 @@ def webshop():
 
 def test_skillrise_webshop(tmp_path, tiny_model_dir, webshop):
     run = run_recipe(tmp_path, tiny_model_dir, "skillrise_webshop", script="skillrise/run_webshop.sh", env=webshop)
-    check_run(run)
-    keys = run.all_keys()
-    assert "curate/error_rate" in keys, skillrise_metrics(run)
-    assert {"env/curate_success_rate@0", "env/solve_success_rate@1"} & keys, skillrise_metrics(run)
+    check_skillrise_run(run)
 
 
 def test_skl_sd_webshop(tmp_path, tiny_model_dir, webshop):
@@ -157,10 +159,7 @@ def test_skillrise_sciworld(tmp_path, tiny_model_dir):
     for split, name in (("train", "sciworld_train"), ("test", "sciworld_val")):
         build(data, "skl_verl.skillrise.build_dataset", split, name, "--k", "2")
     run = run_recipe(tmp_path, tiny_model_dir, "skillrise_sciworld", script="skillrise/run_sciworld.sh", data_dir=data)
-    check_run(run)
-    keys = run.all_keys()
-    assert "curate/error_rate" in keys, skillrise_metrics(run)
-    assert {"env/curate_success_rate@0", "env/solve_success_rate@1"} & keys, skillrise_metrics(run)
+    check_skillrise_run(run)
 
 
 @pytest_sciworld
