@@ -13,8 +13,6 @@ says what was wrong, counted, and penalised; it never raises.
 
 from __future__ import annotations
 
-import asyncio
-import functools
 import hashlib
 import json
 import logging
@@ -29,6 +27,7 @@ import reward_fns
 from envs import TextEnv
 from skl_verl.trainer import sample_fields as sf
 from skl_verl.rollout.env_pool import ENV_POOL
+from skl_verl.rollout.env_runtime import EnvCallFailed, guarded_call
 from skl_verl.rollout.parsing import build_parser
 from skl_verl.rollout.prompt_safety import neutralise_special_tokens
 
@@ -202,10 +201,10 @@ class EnvAgentLoop(AgentLoopBase):
         timing: dict[str, float] = {}
         try:
             observation, _ = await self._env_call(timing, env.reset, task_id, seed=seed)
-            first_turn = self.render_observation(observation, env.admissible_actions())
-        except Exception as exc:  # noqa: BLE001 - reported as a failed sample, see _env_call
+            first_turn = self.render_observation(observation, await self._env_call(timing, env.admissible_actions))
+        except EnvCallFailed as exc:  # reported as a failed sample, see _env_call
             first_turn = "The environment failed to start."
-            failure = f"env.reset({task_id!r}) {_describe(exc)}"
+            failure = str(exc)
         else:
             failure = None
         messages = [
@@ -229,13 +228,18 @@ class EnvAgentLoop(AgentLoopBase):
                 episode.truncated = True
                 break
             episode.turns += 1
-            text = await self.policy_turn(context, episode)
-            if text is None:
-                episode.truncated = True
+            try:
+                text = await self.policy_turn(context, episode)
+                if text is None:
+                    episode.truncated = True
+                    break
+                feedback, done = await self._act(env, text, episode, timing)
+                episode.transcript.append((text, feedback))
+                await self.after_step(context, episode, text, done)
+            except EnvCallFailed as exc:  # the env is gone: a flagged, zero-reward sample
+                episode.failed = str(exc)
+                logger.warning("episode failed: %s", episode.failed)
                 break
-            feedback, done = await self._act(env, text, episode, timing)
-            episode.transcript.append((text, feedback))
-            self.after_step(context, episode, text, done)
             if not done and not await self.add_context(stream, "user", feedback):
                 episode.truncated = True
                 break
@@ -255,7 +259,7 @@ class EnvAgentLoop(AgentLoopBase):
         response budget ran out. Subclasses add reasoning stages (e.g. state knowledge first)."""
         return await self.generate(context)
 
-    def after_step(self, context: "TurnContext", episode: EpisodeResult, reply: str, done: bool) -> None:
+    async def after_step(self, context: "TurnContext", episode: EpisodeResult, reply: str, done: bool) -> None:
         """Called after every env step attempt (subclasses record transitions here)."""
 
     async def generate(self, context: "TurnContext") -> str | None:
@@ -296,28 +300,25 @@ class EnvAgentLoop(AgentLoopBase):
         episode.last_step = None
         if not parsed.ok:
             episode.invalid_format_turns += 1
-            return f"Invalid response: {parsed.error}.\n\n{self.render_observation('Try again.', env.admissible_actions())}", False
-        try:
-            step = await self._env_call(timing, env.step, parsed.action)
-        except Exception as exc:  # noqa: BLE001 - see _env_call
-            episode.failed = f"env.step({parsed.action!r}) {_describe(exc)}"
-            logger.warning("episode failed: %s", episode.failed)
-            return "", True
+            actions = await self._env_call(timing, env.admissible_actions)
+            return f"Invalid response: {parsed.error}.\n\n{self.render_observation('Try again.', actions)}", False
+        step = await self._env_call(timing, env.step, parsed.action)
         episode.last_step = step
         episode.env_return += step.reward
         episode.invalid_action_turns += int(step.invalid_action)
         episode.won = episode.won or step.won
         if step.done:
             return step.observation, True
-        return self.render_observation(step.observation, env.admissible_actions()), False
+        return self.render_observation(step.observation, await self._env_call(timing, env.admissible_actions)), False
 
     async def _env_call(self, timing: dict, fn, *args, **kwargs):
-        """Run an env call off the event loop with a timeout. A hung or crashed env must not take
-        the whole batch down: callers turn the exception into a flagged, zero-reward sample."""
+        """Every env call of a loop goes through here: ``fn`` is an env method (``env.step``) or sync code
+        that uses the env (a simulation), run without blocking the event loop, for at most
+        ``env_step_timeout_s`` of execution, its result checked (``env_runtime.guarded_call``). A call that
+        times out, raises or returns a result the protocol forbids raises ``EnvCallFailed`` (its worker
+        is killed and replaced); ``play_episode`` turns that into a flagged, zero-reward sample."""
         with simple_timer("env_step", timing):
-            loop = asyncio.get_running_loop()
-            call = functools.partial(fn, *args, **kwargs)
-            return await asyncio.wait_for(loop.run_in_executor(None, call), timeout=self.env_step_timeout_s)
+            return await guarded_call(fn, *args, timeout_s=self.env_step_timeout_s, **kwargs)
 
     def weight_version_fields(self, versions: list[int]) -> dict[str, int]:
         """verl's staleness tags (``min/max_global_steps``), which its v1 trainer requires on every
@@ -404,10 +405,6 @@ def single_turn_output(
         metrics=AgentLoopMetrics(),
         extra_fields=extra,
     )
-
-
-def _describe(exc: BaseException) -> str:
-    return "timed out" if isinstance(exc, asyncio.TimeoutError) else f"raised {type(exc).__name__}: {exc}"
 
 
 def stable_seed(text: str) -> int:

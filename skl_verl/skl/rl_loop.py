@@ -36,6 +36,7 @@ from typing import Any
 from verl.experimental.agent_loop.agent_loop import AgentLoopOutput, register
 
 from skl_verl.trainer import sample_fields as sf
+from skl_verl.rollout.env_runtime import EnvCallFailed
 from skl_verl.rollout.env_loop import EpisodeResult, TurnContext, render_turn, single_turn_output, stable_seed
 from skl_verl.rollout.stateful_loop import StatefulAgentLoop
 from skl_verl.rollout.prompt_safety import encode_as_text, neutralise_special_tokens
@@ -202,10 +203,8 @@ class SklRlAgentLoop(StatefulAgentLoop):
             branches = await self._env_call(
                 context.timing, simulate_branches, env, policy, self.simulations, self.horizon, seed
             )
-        except TimeoutError:
-            # The simulation thread may still be moving the env: its state can no longer be trusted.
-            episode.failed = f"simulation of {self.simulations}x{self.horizon} steps timed out"
-            return False
+        except EnvCallFailed:  # timed out or the env failed: the real env is gone, play_episode flags the sample
+            raise
         except Exception as exc:  # noqa: BLE001 - simulate_branches restored the env; the real step goes on
             step["simulation_error"] = f"{type(exc).__name__}: {exc}"
             branches = []
