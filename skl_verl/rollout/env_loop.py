@@ -57,7 +57,8 @@ class EpisodeResult:
     truncated: bool = False
     """Stopped by max_turns or the response-length budget rather than by the env."""
     failed: str | None = None
-    """Set when the env timed out or crashed; the sample is kept (reward 0) and flagged."""
+    """Set when an env call failed (timed out, raised, lost its worker, broke the protocol): which call
+    and why. The sample is kept (reward 0) and flagged."""
     task_text: str = ""
     """The first observation (task description + admissible actions), without any preamble."""
     transcript: list[tuple[str, str]] = field(default_factory=list)

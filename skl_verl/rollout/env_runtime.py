@@ -127,6 +127,8 @@ def check_result(method: str, value: Any) -> Any:
         return list(value)
     if method == "state_key":
         return _text(value, "state_key()")
+    if method == "get_state" and value is None:
+        raise InvalidEnvResult("get_state() returned None, not a snapshot")
     if method == "tasks":
         if not isinstance(value, list) or not all(isinstance(t, TaskSpec) for t in value):
             raise InvalidEnvResult("tasks() did not return a list of TaskSpec")
@@ -153,6 +155,8 @@ class CallScope:
     def __init__(self, timeout_s: float) -> None:
         self.deadline = time.monotonic() + timeout_s
         self.failure: str | None = None
+        self.in_flight: str | None = None
+        """The env call the scope's thread is waiting for, named when the scope times out."""
         self._workers: list[_Worker] = []
         self._lock = threading.Lock()
 
@@ -369,6 +373,8 @@ class EnvWorkerClient(TextEnv):
         reply_id, status, value = reply
         if reply_id != call_id:  # cannot happen with one call at a time; never trust a stray reply
             raise self._fail(worker, call, f"got the reply to call {reply_id}, expected {call_id}")
+        if status == "missing":
+            raise AttributeError(f"{self.name} has no attribute {call}")
         if status == "error":
             raise self._fail(worker, call, f"raised {value.type_name}: {value.message[:500]}", value.traceback)
         try:
@@ -448,6 +454,8 @@ class EnvWorkerClient(TextEnv):
                 worker.ready = True
                 timeout_s = scope.remaining_s() if scope is not None else self.call_timeout_s
             call_id = next(worker.calls)
+            if scope is not None:
+                scope.in_flight = call
             try:
                 worker.conn.send((call_id, method, args, kwargs))
                 reply = _receive_blocking(worker.conn, timeout_s)
@@ -455,6 +463,9 @@ class EnvWorkerClient(TextEnv):
                 raise self._fail(worker, call, f"timed out after {max(timeout_s, 0):g} s") from None
             except (EOFError, OSError) as exc:
                 raise self._fail(worker, call, f"lost its worker process ({_exit_text(worker, exc)})") from None
+            finally:
+                if scope is not None:
+                    scope.in_flight = None
             return self._reply_value(worker, call_id, method, call, reply)
         finally:
             worker.release()
@@ -551,23 +562,15 @@ async def guarded_call(fn: Callable[..., Any], *args: Any, timeout_s: float, **k
         call = format_call(method, args, kwargs)
         try:
             value = await _in_own_thread(fn, args, kwargs, timeout_s, call)
-        except EnvCallFailed:
-            raise
-        except BaseException as exc:  # noqa: BLE001 - SystemExit too: it must not end the worker process
+        except Exception as exc:  # noqa: BLE001 - the env raised: a failed call like any other
+            if isinstance(exc, EnvCallFailed):
+                raise
             raise EnvCallFailed(call, describe(exc)) from None
         try:
             return check_result(method, value)
         except InvalidEnvResult as exc:
             raise EnvCallFailed(call, f"returned an invalid result: {exc}") from None
-    call = f"{method}(...)"
-    try:
-        return await _in_own_thread(fn, args, kwargs, timeout_s, call)
-    except (EnvCallFailed, asyncio.CancelledError):
-        raise
-    except Exception:
-        raise
-    except BaseException as exc:  # noqa: BLE001
-        raise EnvCallFailed(call, describe(exc)) from None
+    return await _in_own_thread(fn, args, kwargs, timeout_s, f"{method}(...)")
 
 
 async def _in_own_thread(fn, args, kwargs, timeout_s: float, call: str) -> Any:
@@ -597,10 +600,13 @@ async def _in_own_thread(fn, args, kwargs, timeout_s: float, call: str) -> Any:
     try:
         ok, value = await asyncio.wait_for(done, timeout=timeout_s)
     except asyncio.TimeoutError:
-        scope.fail(f"{call} timed out after {timeout_s:g} s")
-        raise EnvCallFailed(call, f"timed out after {timeout_s:g} s") from None
+        during = f" in {scope.in_flight}" if scope.in_flight else ""
+        scope.fail(f"{call} timed out after {timeout_s:g} s{during}")
+        raise EnvCallFailed(call, f"timed out after {timeout_s:g} s{during}") from None
     if scope.failure is not None:
         raise EnvCallFailed(call, f"failed: {scope.failure}")
+    if not ok and not isinstance(value, Exception):  # SystemExit, or a CancelledError of the thread's own
+        raise EnvCallFailed(call, describe(value))   # (python-chess): never mistaken for cancelling us
     if not ok:
         raise value
     return value

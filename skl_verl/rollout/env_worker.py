@@ -7,7 +7,8 @@ connected socket spoken to with ``multiprocessing.connection.Connection``:
     client -> {"env_class": "module:Class", "kwargs": {...}, "parent_pid": pid}
     worker -> ("ready", None) | ("start_failed", ErrorReport)
     client -> (call_id, method, args, kwargs)       method: a public env method, "getattr" or "close"
-    worker -> (call_id, "ok", value) | (call_id, "error", ErrorReport)
+    worker -> (call_id, "ok", value) | (call_id, "error", ErrorReport) | (call_id, "missing", None)
+                                                     ("missing": ``getattr`` of an attribute the env lacks)
 
 Every exception of the env, ``BaseException`` included (``SystemExit`` from Fast Downward, a stray
 ``CancelledError``), becomes an error reply; the client then kills this process. The worker exits on
@@ -97,7 +98,10 @@ def serve(conn: Connection) -> None:
                 conn.send((call_id, "ok", None))
             return
         try:
-            reply = (call_id, "ok", _answer(env, method, args, kwargs))
+            if method == "getattr" and not hasattr(env, args[0]):  # getattr(env, "done", None) is no failure
+                reply = (call_id, "missing", None)
+            else:
+                reply = (call_id, "ok", _answer(env, method, args, kwargs))
         except BaseException as exc:  # noqa: BLE001 - every failure is the client's to handle
             reply = (call_id, "error", ErrorReport.of(exc))
         try:

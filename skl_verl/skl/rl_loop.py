@@ -49,9 +49,6 @@ REFINE_REQUEST = (
 
 TEACHER_HINT = "Simulated continuations from this exact state ({n} branches, up to {h} steps each):\n{branches}"
 
-_ENGINES: dict[str, Any] = {}
-
-
 SIMULATION_PROMPT = "You are exploring in a simulator. Propose the next move inside <action>...</action>."
 
 
@@ -92,16 +89,14 @@ class ModelMovePolicy:
 
 
 def behaviour_policy(name: str, seed: int, expert_rate: float, engine_path: str | None = None):
-    """A heuristic simulation policy by name; the chess engine process is shared within a worker process."""
+    """A heuristic simulation policy by name. Chess engines come from a per-process pool, one engine per
+    move being searched, so concurrent simulations never share an engine."""
     if name == "random":
         return RandomPolicy(seed)
     if name == "expert_mix":
-        from envs.chess_puzzles import MixedBehaviourPolicy, StockfishPolicy
+        from envs.chess_puzzles import MixedBehaviourPolicy, PooledStockfish
 
-        key = engine_path or "default"
-        if key not in _ENGINES:
-            _ENGINES[key] = StockfishPolicy(path=engine_path)
-        return BoardPolicy(MixedBehaviourPolicy(expert_rate, seed=seed, engine=_ENGINES[key]))
+        return BoardPolicy(MixedBehaviourPolicy(expert_rate, seed=seed, engine=PooledStockfish(engine_path)))
     raise ValueError(f"simulation_policy must be 'random', 'expert_mix' or 'self', got {name!r}")
 
 

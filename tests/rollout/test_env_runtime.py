@@ -249,3 +249,46 @@ def test_episodes_in_separate_workers_run_in_parallel():
     assert elapsed < 2.5, f"4 one-second steps took {elapsed:.1f} s: not parallel"
     for env in envs:
         env.close()
+
+
+def test_reading_an_attribute_the_env_lacks_is_an_attribute_error_not_a_failure():
+    env = client()
+    env.tasks()
+    pid = env.worker_pid
+    assert getattr(env, "done", "absent") == "absent"
+    assert env.worker_pid == pid
+    env.close()
+
+
+def test_a_cancelled_error_raised_inside_a_simulation_is_a_failure_not_a_cancellation():
+    """python-chess raised CancelledError in simulations sharing one engine; it escaped as if the
+    episode itself had been cancelled. Now it is a failed call."""
+    def simulation():
+        raise asyncio.CancelledError("engine command cancelled")
+
+    def exiting():
+        raise SystemExit(2)
+
+    async def main():
+        with pytest.raises(EnvCallFailed, match=r"simulation\(...\) raised CancelledError"):
+            await guarded_call(simulation, timeout_s=5)
+        with pytest.raises(EnvCallFailed, match=r"exiting\(...\) raised SystemExit: 2"):
+            await guarded_call(exiting, timeout_s=5)
+
+    asyncio.run(main())
+
+
+def test_an_env_in_this_process_is_guarded_too():
+    from fault_envs import FaultyFrozenLake
+
+    async def main():
+        env = FaultyFrozenLake(fault_call="step", fault_kind="system_exit", **LAKE)
+        await guarded_call(env.reset, TASK, timeout_s=5)
+        with pytest.raises(EnvCallFailed, match=r"env.step\('right'\) raised SystemExit: 3"):
+            await guarded_call(env.step, "right", timeout_s=5)
+        env = FaultyFrozenLake(fault_call="step", fault_kind="bad_result", **LAKE)
+        await guarded_call(env.reset, TASK, timeout_s=5)
+        with pytest.raises(EnvCallFailed, match="reward is nan, not finite"):
+            await guarded_call(env.step, "right", timeout_s=5)
+
+    asyncio.run(main())
