@@ -6,7 +6,8 @@ usable form (the ``webshop`` 0.1.0 sdist there is a stub that imports the missin
 ``web_agent_site`` package and ships no data), so it cannot be a dependency of this package.
 This env talks HTTP to a server started separately (``docs/webshop_setup.md``): the server URL is
 the ``server_url`` argument, else the ``WEBSHOP_URL`` environment variable, else
-``http://127.0.0.1:3000`` (the site's own default). An unreachable server raises
+``http://127.0.0.1:3000`` (the site's own default). Either may list several comma-separated servers
+built the same way: each env instance keeps one of them, at random, for its lifetime. An unreachable server raises
 ``DependencyMissingError`` in the constructor.
 
 Protocol
@@ -386,7 +387,10 @@ class WebShopEnv(TextEnv):
             raise ValueError(f"max_goals must be a positive int or None, got {max_goals!r}")
         if not (timeout_s > 0):
             raise ValueError(f"timeout_s must be positive, got {timeout_s!r}")
-        url = server_url or os.environ.get("WEBSHOP_URL") or DEFAULT_URL
+        urls = [u.strip() for u in (server_url or os.environ.get("WEBSHOP_URL") or DEFAULT_URL).split(",") if u.strip()]
+        # Several servers (identically built): each env instance, i.e. each env worker process, keeps
+        # one at random for its lifetime, spreading concurrent sessions over them.
+        url = urls[secrets.randbelow(len(urls))]
         if "://" not in url:
             url = "http://" + url
         self.server_url = url.rstrip("/")

@@ -78,6 +78,16 @@ def test_server_url_from_environment(standin, monkeypatch):
     assert env.server_url == standin.url
 
 
+def test_a_list_of_servers_spreads_env_instances_over_them(standin):
+    other = MiniWebShopStandIn(n_goals=1600)
+    try:
+        picked = {WebShopEnv(server_url=f"{standin.url}, {other.url}", split="test", max_goals=1).server_url
+                  for _ in range(40)}
+        assert picked == {standin.url, other.url}
+    finally:
+        other.close()
+
+
 def test_splits_follow_the_conventions(standin):
     def ids(**kw):
         return [t.metadata["goal_index"] for t in WebShopEnv(server_url=standin.url, **kw).tasks()]
