@@ -75,8 +75,19 @@ def alfworld_games(out: Path) -> list[tuple[str, list[str]]]:
         env.close()
 
 
-def raw_engine_episodes(data_dir: Path, episodes: list[tuple[str, list[str]]]) -> float:
-    """Seconds for the episodes on alfworld's engine stack, serially, in this process."""
+def cpu_s(pids: list[int]) -> float:
+    """CPU seconds (user + system) this process and the worker processes ``pids`` have used."""
+    total = time.process_time()
+    ticks = os.sysconf("SC_CLK_TCK")
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+        total += (int(fields[11]) + int(fields[12])) / ticks
+    return total
+
+
+def raw_engine_episodes(data_dir: Path, episodes: list[tuple[str, list[str]]]) -> tuple[float, float]:
+    """(wall seconds, CPU seconds) for the episodes on alfworld's engine stack, serially, in this process."""
     import textworld
     from alfworld.agents.environment.alfred_tw_env import AlfredDemangler, AlfredInfos
     from textworld.envs import PddlEnv
@@ -85,6 +96,7 @@ def raw_engine_episodes(data_dir: Path, episodes: list[tuple[str, list[str]]]) -
     engine = AlfredInfos(AlfredDemangler(PddlEnv(textworld.EnvInfos(admissible_commands=True, won=True,
                                                                     extras=["gamefile"])), shuffle=False))
     argv = list(sys.argv)
+    cpu = cpu_s([])
     started = time.perf_counter()
     for task_id, walkthrough in episodes:
         engine.load(str(split / task_id / "game.tw-pddl"))
@@ -94,7 +106,7 @@ def raw_engine_episodes(data_dir: Path, episodes: list[tuple[str, list[str]]]) -
         assert state["won"], task_id
     elapsed = time.perf_counter() - started
     sys.argv[:] = argv  # fast_downward overwrites it
-    return elapsed
+    return elapsed, cpu_s([]) - cpu
 
 
 async def runtime_episodes(clients: list[EnvWorkerClient], episodes: list[tuple[str, list[str]]]) -> float:
@@ -131,19 +143,25 @@ def alfworld_section(rounds: int) -> None:
         print(f"(generated {len(games)} ALFWorld games in {time.perf_counter() - started:.0f} s)")
         episodes = games * rounds
         steps = sum(len(w) for _, w in episodes)
-        raw_s = raw_engine_episodes(data_dir, episodes)
+        raw_s, raw_cpu = raw_engine_episodes(data_dir, episodes)
         raw_rate = len(episodes) / raw_s
-        row("alfworld raw engine, serial", f"{raw_rate:.2f} eps/s", f"{len(episodes)} episodes, {steps} steps")
+        row("alfworld raw engine, serial", f"{raw_rate:.2f} eps/s",
+            f"{len(episodes)} episodes, {steps} steps; CPU {1e3 * raw_cpu / steps:.1f} ms/step")
         kwargs = {"data_dir": str(data_dir), "split": "train"}
         for workers in (1, 2, 4):
             clients = [EnvWorkerClient.for_env("alfworld", kwargs) for _ in range(workers)]
             start = time.perf_counter()
             asyncio.run(runtime_episodes(clients, games[:workers]))  # start + warm every worker
             warm = time.perf_counter() - start
+            pids = [env.worker_pid for env in clients]
+            cpu = cpu_s(pids)
             elapsed = asyncio.run(runtime_episodes(clients, episodes))
+            used = cpu_s(pids) - cpu
             rate = len(episodes) / elapsed
             row(f"alfworld runtime, {workers} worker{'s' if workers > 1 else ''}", f"{rate:.2f} eps/s",
-                f"{rate / raw_rate:.2f}x serial raw engine (workers started+warmed in {warm:.1f} s)")
+                f"{rate / raw_rate:.2f}x serial raw engine; CPU {1e3 * used / steps:.1f} ms/step "
+                f"(+{100 * (used - raw_cpu) / raw_cpu:.0f}%), workers started+warmed in {warm:.1f} s, "
+                f"{statistics.mean(env.rss_mb() for env in clients):.0f} MB RSS each")
             for env in clients:
                 env.close()
         alfworld_overhead(data_dir, games)
@@ -362,14 +380,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3, help="times each ALFWorld game is played per row")
     parser.add_argument("--ray", action="store_true", help="also time a Ray actor env (starts a local Ray)")
+    parser.add_argument("--only", choices=["frozenlake", "alfworld", "sciworld", "webshop"], default=None)
     args = parser.parse_args(argv)
     print(f"python {platform.python_version()}, {os.cpu_count()} cpus, load {os.getloadavg()[0]:.1f}")
-    frozenlake_overhead()
-    alfworld_section(args.rounds)
-    sciworld_overhead()
-    webshop_section()
+    sections = {"frozenlake": frozenlake_overhead, "alfworld": lambda: alfworld_section(args.rounds),
+                "sciworld": sciworld_overhead, "webshop": webshop_section}
+    for name, section in sections.items():
+        if args.only in (None, name):
+            section()
     if args.ray:
         ray_section()
+    print(f"(load at the end: {os.getloadavg()[0]:.1f})")
     return 0
 
 

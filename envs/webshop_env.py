@@ -730,8 +730,8 @@ def bound_session_state(site, keep_finished=1000, idle_ttl_s=3600.0, clock=time.
     bounds above what a running episode needs (the client reloads a finished session's page only to
     restore a snapshot)."""
     site.print = lambda *args, **kwargs: None  # done()'s print(user_sessions), `from rich import print`
-    finished = collections.OrderedDict()
-    last_seen = {}
+    finished = collections.OrderedDict()  # finished sessions, oldest purchase first
+    last_seen = collections.OrderedDict()  # every session, least recently seen first
     lock = threading.Lock()
 
     def forget(session_id):
@@ -745,8 +745,8 @@ def bound_session_state(site, keep_finished=1000, idle_ttl_s=3600.0, clock=time.
         with lock:
             while len(finished) > keep_finished:
                 forget(next(iter(finished)))
-            for session_id in [s for s, seen in last_seen.items() if now - seen > idle_ttl_s]:
-                forget(session_id)
+            while last_seen and now - next(iter(last_seen.values())) > idle_ttl_s:
+                forget(next(iter(last_seen)))
 
     def seen(view, is_done):
         @functools.wraps(view)
@@ -756,6 +756,7 @@ def bound_session_state(site, keep_finished=1000, idle_ttl_s=3600.0, clock=time.
             if session_id is not None:
                 with lock:
                     last_seen[session_id] = clock()
+                    last_seen.move_to_end(session_id)
                     if is_done:
                         finished[session_id] = True
                         finished.move_to_end(session_id)
