@@ -262,11 +262,20 @@ class _Worker:
         self.kill()
 
     def rss_mb(self) -> float:
-        try:
-            with open(f"/proc/{self.proc.pid}/statm") as handle:
-                return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
-        except (OSError, ValueError, IndexError):
-            return 0.0
+        """Resident memory of the worker's process group (its JVM or engine included), from /proc."""
+        total = 0
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/stat") as handle:
+                    if int(handle.read().rsplit(")", 1)[1].split()[2]) != self.proc.pid:  # process group
+                        continue
+                with open(f"/proc/{entry}/statm") as handle:
+                    total += int(handle.read().split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+        return total * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
 def _on_event_loop_thread() -> bool:
@@ -503,7 +512,7 @@ class EnvWorkerClient(TextEnv):
         return self._call_blocking("getattr", name)
 
     def rss_mb(self) -> float:
-        """Resident memory of the worker process (0 when none runs)."""
+        """Resident memory of the worker's process group (0 when none runs)."""
         worker = self._worker
         return worker.rss_mb() if worker is not None and worker.alive() else 0.0
 

@@ -292,3 +292,13 @@ def test_an_env_in_this_process_is_guarded_too():
             await guarded_call(env.step, "right", timeout_s=5)
 
     asyncio.run(main())
+
+
+def test_worker_memory_counts_the_envs_own_processes():
+    env = client(spawn_child=True)
+    env.tasks()
+    alone = client()
+    alone.tasks()
+    assert env.rss_mb() > alone.rss_mb() > 10  # the child `sleep` adds its pages
+    env.close()
+    alone.close()
