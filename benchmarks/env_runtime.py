@@ -205,15 +205,16 @@ def direct_vs_runtime(label: str, name: str, kwargs: dict, script, repeats: int 
 
 
 def alfworld_overhead(data_dir: Path, games: list[tuple[str, list[str]]]) -> None:
+    task_id, walkthrough = max(games, key=lambda game: len(game[1]))
+
     def script(env):
-        # reset directly (not timed, and not through the runtime's call counter for the direct env)
-        for task_id, walkthrough in games[:3]:
-            env.reset(task_id) if not isinstance(env, EnvWorkerClient) else asyncio.run(
-                guarded_call(env.reset, task_id, timeout_s=TIMEOUT_S))
-            for command in walkthrough[:-1]:  # the last command wins and ends the episode
-                yield "step", (command,)
-                yield "admissible_actions", ()
-            break
+        if isinstance(env, EnvWorkerClient):  # the reset is not timed
+            asyncio.run(guarded_call(env.reset, task_id, timeout_s=TIMEOUT_S))
+        else:
+            env.reset(task_id)
+        for command in walkthrough[:-1]:  # the last command wins and ends the episode
+            yield "step", (command,)
+            yield "admissible_actions", ()
 
     direct_vs_runtime("alfworld step+admissible", "alfworld", {"data_dir": str(data_dir), "split": "train"}, script)
 
