@@ -151,7 +151,7 @@ class SklRlAgentLoop(StatefulAgentLoop):
             behaviour_policy(simulation_policy, 0, expert_rate, engine_path)  # fail at start on a bad config
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> list[AgentLoopOutput]:
-        trace = await super().run(sampling_params, **kwargs)
+        [trace] = await super().run(sampling_params, **kwargs)  # stateful loops play one episode sample
         step = int(kwargs.get("global_steps") or 0)
         if not self.distill_interval or step % self.distill_interval:
             return [trace]
