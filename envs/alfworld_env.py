@@ -85,7 +85,8 @@ Fast Downward's translator keeps module globals and overwrites ``sys.argv``; non
 thread-safe. So every engine call in a process holds one process-wide lock (and ``sys.argv`` is
 restored): instances may be used from different threads (one instance from one thread at a time),
 but their engine work runs one call at a time. It is pure Python, so threads would not run it in
-parallel anyway; scale with processes (verl's agent-loop workers). Each instance loads its own copy
+parallel anyway; agent loops run every env in its own worker process (``skl_verl/rollout/env_runtime.py``),
+so their episodes do run in parallel. Each instance loads its own copy
 of Fast Downward's C library (``fast_downward.load_lib``). A valid step costs about 0.1 s, a reset
 0.3-0.7 s on the small test games (an invalid action costs nothing: it never reaches the engine).
 

@@ -82,6 +82,7 @@ policy out in the env from a snapshot and restores the env afterwards. Any objec
 
 from __future__ import annotations
 
+import atexit
 import csv
 import dataclasses
 import hashlib
@@ -91,7 +92,9 @@ import os
 import random
 import re
 import shutil
-from collections.abc import Callable, Iterable, Sequence
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -995,15 +998,84 @@ class StockfishPolicy:
         return board.san(self.best_move(board))
 
     def close(self) -> None:
-        if self._engine is not None:
-            self._engine.quit()
-            self._engine = None
+        """Quit the engine process (killed if it does not answer)."""
+        engine, self._engine = self._engine, None
+        if engine is not None:
+            try:
+                engine.quit()
+            except BaseException:  # noqa: BLE001 - a dead or stuck engine: end its process anyway
+                engine.close()
 
     def __enter__(self) -> StockfishPolicy:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class StockfishPool:
+    """Stockfish engines for concurrent users (parallel simulations in one process).
+
+    A python-chess UCI engine runs one command at a time: a second ``play`` on a shared engine cancels
+    the first (``CancelledError``). So every user checks an engine out for its own use (``engine()``);
+    a healthy engine goes back for reuse (at most ``max_idle`` kept per binary), one that raised is
+    quit; ``close()`` quits the idle ones (and runs at exit). An engine whose user never comes back (a
+    simulation thread stuck past its timeout) is simply never reused."""
+
+    def __init__(self, max_idle: int = 32) -> None:
+        self.max_idle = max_idle
+        self._idle: dict[str, list[StockfishPolicy]] = {}
+        self._lock = threading.Lock()
+        self.started = 0
+
+    @contextmanager
+    def engine(self, path: str | os.PathLike[str] | None = None) -> Iterator[StockfishPolicy]:
+        binary = find_stockfish(path)
+        with self._lock:
+            idle = self._idle.setdefault(binary, [])
+            engine = idle.pop() if idle else None
+        if engine is None:
+            engine = StockfishPolicy(binary)
+            self.started += 1
+        healthy = False
+        try:
+            yield engine
+            healthy = True
+        finally:
+            with self._lock:
+                keep = healthy and len(self._idle[binary]) < self.max_idle
+                if keep:
+                    self._idle[binary].append(engine)
+            if not keep:
+                engine.close()
+
+    def idle_count(self) -> int:
+        with self._lock:
+            return sum(len(engines) for engines in self._idle.values())
+
+    def close(self) -> None:
+        with self._lock:
+            engines = [e for idle in self._idle.values() for e in idle]
+            self._idle.clear()
+        for engine in engines:
+            engine.close()
+
+
+STOCKFISH_POOL = StockfishPool()
+atexit.register(STOCKFISH_POOL.close)
+
+
+class PooledStockfish:
+    """A ``MoveEngine`` that checks an engine out of ``pool`` for each move, so any number of
+    simulations can share it (each move gets an engine of its own)."""
+
+    def __init__(self, path: str | os.PathLike[str] | None = None, pool: StockfishPool = STOCKFISH_POOL) -> None:
+        self.path = find_stockfish(path)  # a missing binary fails here, at configuration time
+        self.pool = pool
+
+    def best_move(self, board: chess.Board) -> chess.Move:
+        with self.pool.engine(self.path) as engine:
+            return engine.best_move(board)
 
 
 class MixedBehaviourPolicy:
@@ -1089,6 +1161,9 @@ __all__ = [
     "MODES",
     "MoveEngine",
     "OPPONENTS",
+    "PooledStockfish",
+    "STOCKFISH_POOL",
+    "StockfishPool",
     "PUZZLES_URL",
     "SAMPLE_CSV",
     "SimulatedStep",

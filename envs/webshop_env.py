@@ -6,7 +6,8 @@ usable form (the ``webshop`` 0.1.0 sdist there is a stub that imports the missin
 ``web_agent_site`` package and ships no data), so it cannot be a dependency of this package.
 This env talks HTTP to a server started separately (``docs/webshop_setup.md``): the server URL is
 the ``server_url`` argument, else the ``WEBSHOP_URL`` environment variable, else
-``http://127.0.0.1:3000`` (the site's own default). An unreachable server raises
+``http://127.0.0.1:3000`` (the site's own default). Either may list several comma-separated servers
+built the same way: each env instance keeps one of them, at random, for its lifetime. An unreachable server raises
 ``DependencyMissingError`` in the constructor.
 
 Protocol
@@ -386,7 +387,10 @@ class WebShopEnv(TextEnv):
             raise ValueError(f"max_goals must be a positive int or None, got {max_goals!r}")
         if not (timeout_s > 0):
             raise ValueError(f"timeout_s must be positive, got {timeout_s!r}")
-        url = server_url or os.environ.get("WEBSHOP_URL") or DEFAULT_URL
+        urls = [u.strip() for u in (server_url or os.environ.get("WEBSHOP_URL") or DEFAULT_URL).split(",") if u.strip()]
+        # Several servers (identically built): each env instance, i.e. each env worker process, keeps
+        # one at random for its lifetime, spreading concurrent sessions over them.
+        url = urls[secrets.randbelow(len(urls))]
         if "://" not in url:
             url = "http://" + url
         self.server_url = url.rstrip("/")
@@ -700,15 +704,72 @@ princeton-nlp/WebShop checkout whose ./setup.sh has run. Compared with `python -
 web_agent_site.app` it (1) loads the product set and goals the way WebShop's text env does for the
 SkillRise/verl-agent setting (1,000 products, synthetic goals by default), (2) seeds Python's
 `random` first so product prices and the goals' price limits are the same at every start, (3)
-serves the goal table at GET /skl_api/goals and can export it to a JSON file, and (4) binds to
-127.0.0.1:3000 unless told otherwise. Goal order is WebShop's: get_goals(), then
-random.seed(233); random.shuffle(goals), so goal i here is goal i of WebAgentTextEnv.
+serves the goal table at GET /skl_api/goals and can export it to a JSON file, (4) binds to
+127.0.0.1:3000 unless told otherwise, and (5) bounds the per-session state (bound_session_state).
+Goal order is WebShop's: get_goals(), then random.seed(233); random.shuffle(goals), so goal i here
+is goal i of WebAgentTextEnv.
 """
 import argparse
+import collections
+import functools
 import json
+import logging
 import random
 import sys
+import threading
+import time
 from pathlib import Path
+
+
+def bound_session_state(site, keep_finished=1000, idle_ttl_s=3600.0, clock=time.monotonic):
+    """Keep the site's per-session state bounded, so a purchase costs the same at session 100 and 100,000.
+
+    The stock app keeps every session (user_sessions) and the logger its pages create
+    (logging.getLogger(session_id), deleted only by done()) forever, and done() prints user_sessions
+    whole (rich), once per purchase: measured 1.4 s per purchase at 1,000 sessions, 6.5 s at 4,000.
+    Here: done() no longer prints; after each purchase the oldest finished sessions beyond
+    keep_finished, and sessions idle for more than idle_ttl_s (episodes cut short by their step
+    limit), are dropped with their loggers. A dropped session's pages answer 500, so keep both
+    bounds above what a running episode needs (the client reloads a finished session's page only to
+    restore a snapshot)."""
+    site.print = lambda *args, **kwargs: None  # done()'s print(user_sessions), `from rich import print`
+    finished = collections.OrderedDict()  # finished sessions, oldest purchase first
+    last_seen = collections.OrderedDict()  # every session, least recently seen first
+    lock = threading.Lock()
+
+    def forget(session_id):
+        site.user_sessions.pop(session_id, None)
+        finished.pop(session_id, None)
+        last_seen.pop(session_id, None)
+        logging.root.manager.loggerDict.pop(session_id, None)
+
+    def prune():
+        now = clock()
+        with lock:
+            while len(finished) > keep_finished:
+                forget(next(iter(finished)))
+            while last_seen and now - next(iter(last_seen.values())) > idle_ttl_s:
+                forget(next(iter(last_seen)))
+
+    def seen(view, is_done):
+        @functools.wraps(view)
+        def wrapped(*args, **kwargs):
+            session_id = kwargs.get("session_id")
+            page = view(*args, **kwargs)
+            if session_id is not None:
+                with lock:
+                    last_seen[session_id] = clock()
+                    last_seen.move_to_end(session_id)
+                    if is_done:
+                        finished[session_id] = True
+                        finished.move_to_end(session_id)
+                if is_done:
+                    prune()
+            return page
+        return wrapped
+
+    for name, view in list(site.app.view_functions.items()):
+        site.app.view_functions[name] = seen(view, is_done=name == "done")
 
 
 def build(num_products, human_goals, seed):
@@ -765,9 +826,14 @@ def main(argv=None):
     parser.add_argument("--export-goals", default=None, help="also write the goal table to this JSON file")
     parser.add_argument("--no-serve", action="store_true", help="only build (and export); do not serve")
     parser.add_argument("--log", action="store_true", help="log sessions to user_session_logs/mturk like run_prod.sh")
+    parser.add_argument("--keep-finished-sessions", type=int, default=1000,
+                        help="finished sessions kept after their purchase (older ones are dropped)")
+    parser.add_argument("--session-ttl-s", type=float, default=3600.0,
+                        help="sessions idle this long are dropped (episodes that ended without a purchase)")
     args = parser.parse_args(argv)
 
     site, payload = build(args.num_products or None, args.human_goals, args.seed)
+    bound_session_state(site, args.keep_finished_sessions, args.session_ttl_s)
     body = json.dumps(payload)
     site.app.add_url_rule(
         "/skl_api/goals", "skl_api_goals",

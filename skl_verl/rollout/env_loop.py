@@ -13,8 +13,6 @@ says what was wrong, counted, and penalised; it never raises.
 
 from __future__ import annotations
 
-import asyncio
-import functools
 import hashlib
 import json
 import logging
@@ -29,6 +27,7 @@ import reward_fns
 from envs import TextEnv
 from skl_verl.trainer import sample_fields as sf
 from skl_verl.rollout.env_pool import ENV_POOL
+from skl_verl.rollout.env_runtime import EnvCallFailed, guarded_call
 from skl_verl.rollout.parsing import build_parser
 from skl_verl.rollout.prompt_safety import neutralise_special_tokens
 
@@ -58,7 +57,8 @@ class EpisodeResult:
     truncated: bool = False
     """Stopped by max_turns or the response-length budget rather than by the env."""
     failed: str | None = None
-    """Set when the env timed out or crashed; the sample is kept (reward 0) and flagged."""
+    """Set when an env call failed (timed out, raised, lost its worker, broke the protocol): which call
+    and why. The sample is kept (reward 0) and flagged."""
     task_text: str = ""
     """The first observation (task description + admissible actions), without any preamble."""
     first_observation: str = ""
@@ -142,10 +142,6 @@ def render_turn(observation: str, actions: list[str] | str) -> str:
         return f"{observation}\n\n{actions}"
     return f"{observation}\n\nAdmissible actions: {', '.join(actions)}"
 
-
-def prompt_actions(env: TextEnv) -> list[str] | str:
-    """What a prompt shows of the admissible actions: the env's compact rendering, else the list."""
-    return env.action_prompt() or env.admissible_actions()
 
 
 @register("skl_env")
@@ -249,10 +245,10 @@ class EnvAgentLoop(AgentLoopBase):
         timing: dict[str, float] = {}
         try:
             observation, _ = await self._env_call(timing, env.reset, task_id, seed=seed)
-            first_turn = self.render_observation(observation, prompt_actions(env))
-        except Exception as exc:  # noqa: BLE001 - reported as a failed sample, see _env_call
+            first_turn = self.render_observation(observation, await self._prompt_actions(env, timing))
+        except EnvCallFailed as exc:  # reported as a failed sample, see _env_call
             first_turn = "The environment failed to start."
-            failure = f"env.reset({task_id!r}) {_describe(exc)}"
+            failure = str(exc)
         else:
             failure = None
         messages = [
@@ -280,13 +276,18 @@ class EnvAgentLoop(AgentLoopBase):
                 episode.truncated = True
                 break
             episode.turns += 1
-            text = await self.policy_turn(context, episode)
-            if text is None:
-                episode.truncated = True
+            try:
+                text = await self.policy_turn(context, episode)
+                if text is None:
+                    episode.truncated = True
+                    break
+                feedback, done = await self._act(env, text, episode, timing)
+                episode.transcript.append((text, feedback))
+                await self.after_step(context, episode, text, done)
+            except EnvCallFailed as exc:  # the env is gone: a flagged, zero-reward sample
+                episode.failed = str(exc)
+                logger.warning("episode failed: %s", episode.failed)
                 break
-            feedback, done = await self._act(env, text, episode, timing)
-            episode.transcript.append((text, feedback))
-            self.after_step(context, episode, text, done)
             if not done and not await self.add_context(stream, "user", feedback):
                 episode.truncated = True
                 break
@@ -326,8 +327,13 @@ class EnvAgentLoop(AgentLoopBase):
             response_ids = list(output.token_ids)[: self.response_length]
             text = self.tokenizer.decode(response_ids, skip_special_tokens=True)
             invalid_before = episode.invalid_format_turns
-            anchor, reward_before = await self._anchor_state(env, timing), self._reward_so_far(episode)
-            current, done = await self._act(env, text, episode, timing)
+            try:
+                anchor, reward_before = await self._anchor_state(env, timing), self._reward_so_far(episode)
+                current, done = await self._act(env, text, episode, timing)
+            except EnvCallFailed as exc:  # the env is gone: a flagged, zero-reward sample
+                episode.failed = str(exc)
+                logger.warning("episode failed: %s", episode.failed)
+                break
             episode.transcript.append((text, current))
             logprobs = list(output.log_probs)[: len(response_ids)] if sampling_params.get("logprobs") and output.log_probs else None
             episode.step_samples.append(StepSample(prompt_ids, response_ids, logprobs, weight_versions(output),
@@ -337,13 +343,14 @@ class EnvAgentLoop(AgentLoopBase):
         episode.metrics = {"generate_s": timing.get("generate_sequences", 0.0), "env_s": timing.get("env_step", 0.0)}
 
     async def _anchor_state(self, env: TextEnv, timing: dict[str, float]) -> str:
-        """The env's ``state_key()`` before a step acts (GiGPO's anchor state). An env that cannot
-        give one costs the step its step group, never the episode: it gets a key no other step has."""
-        try:
-            return str(await self._env_call(timing, env.state_key))
-        except Exception as exc:  # noqa: BLE001 - a missing key only loses step-level credit
-            logger.warning("state_key() failed, step gets a unique anchor: %s", _describe(exc))
+        """The env's ``state_key()`` before a step acts (GiGPO's anchor state). A key that is not a
+        string costs the step its step group (a key no other step has); a failed call (the env worker
+        is replaced, so the episode cannot go on) flags the episode like any other env failure."""
+        key = await self._env_call(timing, env.state_key)
+        if not isinstance(key, str):
+            logger.warning("state_key() gave %r, not a string: the step gets a unique anchor", type(key).__name__)
             return f"unkeyed:{uuid.uuid4().hex}"
+        return key
 
     def _reward_so_far(self, episode: EpisodeResult) -> float:
         """The trial's reward before format penalties if it ended now (``reward_fn`` of the return and
@@ -377,12 +384,17 @@ class EnvAgentLoop(AgentLoopBase):
     def render_observation(self, observation: str, actions: list[str] | str) -> str:
         return render_turn(observation, actions)
 
+    async def _prompt_actions(self, env: TextEnv, timing: dict[str, float]) -> list[str] | str:
+        """What a prompt shows of the admissible actions: the env's compact rendering
+        (``TextEnv.action_prompt``), else the list; both calls guarded."""
+        return await self._env_call(timing, env.action_prompt) or await self._env_call(timing, env.admissible_actions)
+
     async def policy_turn(self, context: "TurnContext", episode: EpisodeResult) -> str | None:
         """What the policy says before one env step (the text the parser reads); None when the
         response budget ran out. Subclasses add reasoning stages (e.g. state knowledge first)."""
         return await self.generate(context)
 
-    def after_step(self, context: "TurnContext", episode: EpisodeResult, reply: str, done: bool) -> None:
+    async def after_step(self, context: "TurnContext", episode: EpisodeResult, reply: str, done: bool) -> None:
         """Called after every env step attempt (subclasses record transitions here)."""
 
     async def generate(self, context: "TurnContext") -> str | None:
@@ -424,14 +436,9 @@ class EnvAgentLoop(AgentLoopBase):
         if not parsed.ok:
             episode.invalid_format_turns += 1
             episode.actions.append(("(no valid action)", f"Invalid response: {parsed.error}."))
-            return f"Invalid response: {parsed.error}.\n\n{self.render_observation('Try again.', prompt_actions(env))}", False
-        try:
-            step = await self._env_call(timing, env.step, parsed.action)
-        except Exception as exc:  # noqa: BLE001 - see _env_call
-            episode.failed = f"env.step({parsed.action!r}) {_describe(exc)}"
-            logger.warning("episode failed: %s", episode.failed)
-            episode.actions.append((parsed.action, "(the environment failed)"))
-            return "", True
+            actions = await self._prompt_actions(env, timing)
+            return f"Invalid response: {parsed.error}.\n\n{self.render_observation('Try again.', actions)}", False
+        step = await self._env_call(timing, env.step, parsed.action)
         episode.last_step = step
         episode.actions.append((parsed.action, step.observation))
         episode.env_return += step.reward
@@ -439,15 +446,16 @@ class EnvAgentLoop(AgentLoopBase):
         episode.won = episode.won or step.won
         if step.done:
             return step.observation, True
-        return self.render_observation(step.observation, prompt_actions(env)), False
+        return self.render_observation(step.observation, await self._prompt_actions(env, timing)), False
 
     async def _env_call(self, timing: dict, fn, *args, **kwargs):
-        """Run an env call off the event loop with a timeout. A hung or crashed env must not take
-        the whole batch down: callers turn the exception into a flagged, zero-reward sample."""
+        """Every env call of a loop goes through here: ``fn`` is an env method (``env.step``) or sync code
+        that uses the env (a simulation), run without blocking the event loop, for at most
+        ``env_step_timeout_s`` of execution, its result checked (``env_runtime.guarded_call``). A call that
+        times out, raises or returns a result the protocol forbids raises ``EnvCallFailed`` (its worker
+        is killed and replaced); ``play_episode`` turns that into a flagged, zero-reward sample."""
         with simple_timer("env_step", timing):
-            loop = asyncio.get_running_loop()
-            call = functools.partial(fn, *args, **kwargs)
-            return await asyncio.wait_for(loop.run_in_executor(None, call), timeout=self.env_step_timeout_s)
+            return await guarded_call(fn, *args, timeout_s=self.env_step_timeout_s, **kwargs)
 
     def weight_version_fields(self, versions: list[int]) -> dict[str, int]:
         """verl's staleness tags (``min/max_global_steps``), which its v1 trainer requires on every
@@ -559,10 +567,6 @@ def single_turn_output(
         metrics=AgentLoopMetrics(),
         extra_fields=extra,
     )
-
-
-def _describe(exc: BaseException) -> str:
-    return "timed out" if isinstance(exc, asyncio.TimeoutError) else f"raised {type(exc).__name__}: {exc}"
 
 
 def stable_seed(text: str) -> int:

@@ -67,18 +67,17 @@ class StatefulAgentLoop(EnvAgentLoop):
         # The question is asked of every state; pre-filled states answer it in the action request.
         return f"{render_turn(observation, actions)}\n\n{KNOWLEDGE_QUESTION}"
 
-    def after_step(self, context: TurnContext, episode: EpisodeResult, reply: str, done: bool) -> None:
+    async def after_step(self, context: TurnContext, episode: EpisodeResult, reply: str, done: bool) -> None:
         """Complete this step's record into a transition (action, reward, next state) when the
         env really moved; format errors and invalid actions leave ``action`` None."""
         step, result = episode.knowledge_steps[-1], episode.last_step
         step.update(action=None, reward=0.0, next_state_key=None, done=done)
         if result is not None and not result.invalid_action:
-            step.update(
-                action=self.parser(reply).action, reward=float(result.reward), next_state_key=context.env.state_key()
-            )
+            next_state_key = await self._env_call(context.timing, context.env.state_key)
+            step.update(action=self.parser(reply).action, reward=float(result.reward), next_state_key=next_state_key)
 
     async def policy_turn(self, context: TurnContext, episode: EpisodeResult) -> str | None:
-        state_key = context.env.state_key()
+        state_key = await self._env_call(context.timing, context.env.state_key)
         step: dict[str, Any] = {
             "state_key": state_key,
             "observation": context.stream.messages[-1]["content"],

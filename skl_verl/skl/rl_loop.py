@@ -51,6 +51,7 @@ from typing import Any
 from verl.experimental.agent_loop.agent_loop import AgentLoopOutput, register
 
 from skl_verl.trainer import sample_fields as sf
+from skl_verl.rollout.env_runtime import EnvCallFailed
 from skl_verl.rollout.env_loop import EpisodeResult, TurnContext, render_turn, single_turn_output, stable_seed
 from skl_verl.rollout.stateful_loop import StatefulAgentLoop
 from skl_verl.rollout.prompt_safety import encode_as_text, neutralise_special_tokens
@@ -70,9 +71,6 @@ REFINE_REQUEST = (
 )
 
 TEACHER_HINT = "Simulated continuations from this exact state ({n} branches, up to {h} steps each):\n{branches}"
-
-_ENGINES: dict[str, Any] = {}
-
 
 PROPOSE_REQUEST = (
     "Before acting you may test up to {n} different candidate actions in a simulator of this exact "
@@ -109,16 +107,14 @@ def proposed_moves(text: str, admissible: list[str], limit: int) -> list[str]:
 
 
 def behaviour_policy(name: str, seed: int, expert_rate: float, engine_path: str | None = None):
-    """A heuristic simulation policy by name; the chess engine process is shared within a worker process."""
+    """A heuristic simulation policy by name. Chess engines come from a per-process pool, one engine per
+    move being searched, so concurrent simulations never share an engine."""
     if name == "random":
         return RandomPolicy(seed)
     if name == "expert_mix":
-        from envs.chess_puzzles import MixedBehaviourPolicy, StockfishPolicy
+        from envs.chess_puzzles import MixedBehaviourPolicy, PooledStockfish
 
-        key = engine_path or "default"
-        if key not in _ENGINES:
-            _ENGINES[key] = StockfishPolicy(path=engine_path)
-        return BoardPolicy(MixedBehaviourPolicy(expert_rate, seed=seed, engine=_ENGINES[key]))
+        return BoardPolicy(MixedBehaviourPolicy(expert_rate, seed=seed, engine=PooledStockfish(engine_path)))
     raise ValueError(f"simulation_policy must be one of {SIMULATION_OPTIONS}, got {name!r}")
 
 
@@ -224,10 +220,8 @@ class SklRlAgentLoop(StatefulAgentLoop):
                 branches = await self._env_call(
                     context.timing, simulate_branches, context.env, policy, self.simulations, self.horizon, seed
                 )
-            except TimeoutError:
-                # The simulation thread may still be moving the env: its state can no longer be trusted.
-                episode.failed = f"simulation of {self.simulations}x{self.horizon} steps timed out"
-                return False
+            except EnvCallFailed:  # timed out or the env failed: the real env is gone, play_episode flags the sample
+                raise
             except Exception as exc:  # noqa: BLE001 - simulate_branches restored the env; the real step goes on
                 step["simulation_error"] = f"{type(exc).__name__}: {exc}"
                 branches = []

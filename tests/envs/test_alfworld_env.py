@@ -316,3 +316,59 @@ def test_generated_games_follow_the_alfworld_layout(data_dir, generator):
         # the problem is a pure function of the spec: regenerating it gives the same text
         assert (folder / "initial_state.pddl").read_text() == game["pddl_problem"]
         assert generator.problem_pddl(spec, f"plan_{spec.trial_dir}") == game["pddl_problem"]
+
+
+# ----------------------------------------------------------------------------------- env runtime
+
+
+def test_episodes_in_parallel_worker_processes_replay_the_serial_trajectories(env, data_dir):
+    """Each ALFWorld env in its own worker process (skl_verl.rollout.env_runtime): three episodes at
+    a time give exactly what one in-process env gives serially, observation by observation."""
+    import asyncio
+
+    from skl_verl.rollout.env_runtime import EnvWorkerClient, guarded_call
+
+    def serial(task_id):
+        seen = [env.reset(task_id)[0], env.admissible_actions()]
+        for command in env.walkthrough(task_id) + ["look"]:  # an invalid command too, to end on
+            result = env.step(command)
+            seen += [result.observation, result.reward, result.done, env.state_key()]
+            if result.done:
+                break
+            seen.append(env.admissible_actions())
+        return seen
+
+    async def through_worker(client, task_id):
+        call = lambda fn, *args: guarded_call(fn, *args, timeout_s=120)  # noqa: E731
+        seen = [(await call(client.reset, task_id))[0], await call(client.admissible_actions)]
+        for command in env.walkthrough(task_id) + ["look"]:
+            result = await call(client.step, command)
+            seen += [result.observation, result.reward, result.done, await call(client.state_key)]
+            if result.done:
+                break
+            seen.append(await call(client.admissible_actions))
+        return seen
+
+    tasks = sorted(EXPECTED_TRAIN)
+    expected = {task_id: serial(task_id) for task_id in tasks}
+    clients = [EnvWorkerClient.for_env("alfworld", {"data_dir": str(data_dir), "split": "train"}) for _ in range(3)]
+
+    async def main():
+        queue, played = list(tasks), {}
+
+        async def worker(client):
+            while queue:
+                task_id = queue.pop()
+                played[task_id] = await through_worker(client, task_id)
+
+        await asyncio.gather(*(worker(c) for c in clients))
+        return played
+
+    try:
+        played = asyncio.run(main())
+        assert len({c.worker_pid for c in clients}) == 3
+    finally:
+        for client in clients:
+            client.close()
+    assert played == expected
+    assert all(seen[-3] == 1.0 and seen[-2] is True for seen in played.values())  # every walkthrough won

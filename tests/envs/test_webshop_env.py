@@ -78,6 +78,16 @@ def test_server_url_from_environment(standin, monkeypatch):
     assert env.server_url == standin.url
 
 
+def test_a_list_of_servers_spreads_env_instances_over_them(standin):
+    other = MiniWebShopStandIn(n_goals=1600)
+    try:
+        picked = {WebShopEnv(server_url=f"{standin.url}, {other.url}", split="test", max_goals=1).server_url
+                  for _ in range(40)}
+        assert picked == {standin.url, other.url}
+    finally:
+        other.close()
+
+
 def test_splits_follow_the_conventions(standin):
     def ids(**kw):
         return [t.metadata["goal_index"] for t in WebShopEnv(server_url=standin.url, **kw).tasks()]
@@ -295,6 +305,7 @@ FAKE_SITE = {
     "web_agent_site/app.py": (
         "class _App:\n"
         "    rules = []\n"
+        "    view_functions = {}\n"
         "    def response_class(self, body, mimetype=None):\n"
         "        return (body, mimetype)\n"
         "    def add_url_rule(self, rule, endpoint, view):\n"
@@ -358,3 +369,52 @@ def test_launcher_builds_the_paper_setting_and_exports_goals(tmp_path, standin):
     assert [s.difficulty for s in env.tasks()] == [
         len(g["attributes"]) + len(g["goal_options"]) for g in payload["goals"]
     ]
+
+
+STOCK_SESSIONS = """
+import logging
+user_sessions = {}
+printed = []
+class _App:
+    view_functions = {}
+app = _App()
+def print(*args):  # the stock app's `from rich import print`
+    printed.append(len(args[0]))
+def index(session_id):
+    user_sessions.setdefault(session_id, {'goal': session_id, 'done': False})
+    logging.getLogger(session_id)  # every page of the stock app does this
+    return 'page'
+def done(session_id, asin, options):
+    user_sessions[session_id]['done'] = True
+    print(user_sessions)
+    del logging.root.manager.loggerDict[session_id]
+    return 'done page'
+app.view_functions.update(index=index, done=done)
+"""
+
+
+def test_launcher_bounds_the_sites_session_state():
+    import logging
+    import types
+
+    launcher = {}
+    exec(compile(SERVER_LAUNCHER, "skl_webshop_server.py", "exec"), launcher)
+    site = types.ModuleType("fake_app")
+    exec(STOCK_SESSIONS, site.__dict__)
+    now = [0.0]
+    launcher["bound_session_state"](site, keep_finished=3, idle_ttl_s=100.0, clock=lambda: now[0])
+    views = site.app.view_functions
+    for i in range(10):
+        assert views["index"](session_id=f"s{i}") == "page"
+    for i in range(8):
+        assert views["done"](session_id=f"s{i}", asin="A", options="{}") == "done page"
+    assert site.printed == []  # no print of every session per purchase
+    assert sorted(site.user_sessions) == ["s5", "s6", "s7", "s8", "s9"]
+    assert "s0" not in logging.root.manager.loggerDict and "s8" in logging.root.manager.loggerDict
+    now[0] = 50.0
+    views["index"](session_id="s9")
+    now[0] = 120.0  # s8 idle for 120 s (an episode cut short by its step limit), s9 for 70 s
+    views["index"](session_id="s10")
+    views["done"](session_id="s10", asin="A", options="{}")
+    assert sorted(site.user_sessions) == ["s10", "s9"]
+    assert "s8" not in logging.root.manager.loggerDict

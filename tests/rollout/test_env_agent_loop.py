@@ -5,7 +5,6 @@ import json
 import pytest
 
 from envs import ENV_CLASSES
-from envs.frozenlake import FrozenLakeEnv
 from skl_verl.trainer import sample_fields as sf
 from skl_verl.rollout.data import env_rows
 from loop_helpers import loop_options_override, rollout
@@ -55,13 +54,6 @@ def test_turn_limit_truncates(tmp_path, tiny_model_dir):
     assert score(out) == pytest.approx(-0.1 * 20)
 
 
-class CrashingFrozenLake(FrozenLakeEnv):
-    name = "crashing_frozenlake"
-
-    def step(self, action):
-        raise RuntimeError("simulator died")
-
-
 def test_response_budget_truncates_before_turn_limit(tmp_path, tiny_model_dir):
     out, _ = rollout(tmp_path, tiny_model_dir, ["no tags at all"], overrides=["data.max_response_length=256"])
     assert out.non_tensor_batch["skl_truncated"][0]
@@ -70,9 +62,10 @@ def test_response_budget_truncates_before_turn_limit(tmp_path, tiny_model_dir):
 
 
 def test_crashing_env_yields_flagged_failed_sample_not_an_exception(tmp_path, tiny_model_dir, monkeypatch):
-    monkeypatch.setitem(ENV_CLASSES, "crashing_frozenlake", f"{__name__}:CrashingFrozenLake")
-    out, _ = rollout(tmp_path, tiny_model_dir, ["<action>down</action>"], env_name="crashing_frozenlake")
-    assert "simulator died" in out.non_tensor_batch["skl_failed"][0]
+    monkeypatch.setitem(ENV_CLASSES, "faulty_frozenlake", "fault_envs:FaultyFrozenLake")
+    kwargs = {**ENV_KWARGS, "fault_call": "step", "fault_kind": "raise"}
+    out, _ = rollout(tmp_path, tiny_model_dir, ["<action>down</action>"], env_kwargs=kwargs, env_name="faulty_frozenlake")
+    assert out.non_tensor_batch["skl_failed"][0] == "env.step('down') raised RuntimeError: injected fault in step"
     assert score(out) == 0.0
 
 

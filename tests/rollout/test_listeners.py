@@ -13,7 +13,7 @@ def test_the_webshop_launcher_listens_on_loopback_unless_told_otherwise():
     launcher = {"__name__": "skl_webshop_launcher"}
     exec(compile(SERVER_LAUNCHER, "launcher.py", "exec"), launcher)
     runs = []
-    app = SimpleNamespace(add_url_rule=lambda *a, **k: None, response_class=lambda *a, **k: None,
+    app = SimpleNamespace(add_url_rule=lambda *a, **k: None, response_class=lambda *a, **k: None, view_functions={},
                           run=lambda **kwargs: runs.append(kwargs))
     launcher["build"] = lambda *args: (SimpleNamespace(app=app), {"goals": []})  # WebShop itself is not here
     launcher["main"]([])
