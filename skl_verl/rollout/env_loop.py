@@ -343,14 +343,9 @@ class EnvAgentLoop(AgentLoopBase):
         episode.metrics = {"generate_s": timing.get("generate_sequences", 0.0), "env_s": timing.get("env_step", 0.0)}
 
     async def _anchor_state(self, env: TextEnv, timing: dict[str, float]) -> str:
-        """The env's ``state_key()`` before a step acts (GiGPO's anchor state). A key that is not a
-        string costs the step its step group (a key no other step has); a failed call (the env worker
-        is replaced, so the episode cannot go on) flags the episode like any other env failure."""
-        key = await self._env_call(timing, env.state_key)
-        if not isinstance(key, str):
-            logger.warning("state_key() gave %r, not a string: the step gets a unique anchor", type(key).__name__)
-            return f"unkeyed:{uuid.uuid4().hex}"
-        return key
+        """The env's ``state_key()`` before a step acts (GiGPO's anchor state). A failed call flags the
+        episode like any other env failure: the env worker is replaced, so the episode cannot go on."""
+        return await self._env_call(timing, env.state_key)
 
     def _reward_so_far(self, episode: EpisodeResult) -> float:
         """The trial's reward before format penalties if it ended now (``reward_fn`` of the return and

@@ -216,17 +216,40 @@ class _Worker:
         return self.proc.pid
 
     def alive(self) -> bool:
-        return not self.dead and self.proc.poll() is None
+        return not self.dead and self.exit_status() is None
+
+    def exit_status(self, timeout_s: float = 0.0) -> int | None:
+        """The worker's exit status (``-signal`` if killed), None while it runs, without reaping it.
+
+        An unreaped (zombie) worker keeps its pid, which is its process-group id, reserved: the
+        ``killpg`` that follows can then only reach the env's own processes, never an unrelated
+        process that was given a recycled pid (pid_max is 32768 on many machines)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                info = os.waitid(os.P_PID, self.proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            except ChildProcessError:  # already reaped by Popen
+                return self.proc.returncode
+            if info is not None:
+                return info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(0.01)
+
+    def _kill_group(self) -> None:
+        if self.proc.returncode is not None:  # reaped: the pid may belong to someone else by now
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
     def kill(self) -> None:
-        """SIGKILL the process group (the env's own children too) and reap it. The socket is closed by
+        """SIGKILL the process group (the env's own children too), then reap it. The socket is closed by
         whoever holds ``lock`` (``release``): closing it under a thread still polling it is unsafe."""
         if not self.dead:
             self.dead = True
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            self._kill_group()
             try:
                 self.proc.wait(timeout=CLOSE_GRACE_S)
             except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL is not ignorable
@@ -249,15 +272,12 @@ class _Worker:
                 self.conn.send((next(self.calls), "close", (), {}))
                 if self.conn.poll(CLOSE_GRACE_S):  # closed: the worker exits right after replying
                     self.conn.recv()
-                    self.proc.wait(timeout=CLOSE_GRACE_S)
-            except (OSError, EOFError, subprocess.TimeoutExpired):
+                    self.exit_status(CLOSE_GRACE_S)
+            except (OSError, EOFError):
                 pass
             finally:
                 self.dead = True  # stopped on its own, or killed just below
-                try:
-                    os.killpg(self.proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+                self._kill_group()
                 self.proc.wait()
                 self.release()
             return
@@ -540,9 +560,8 @@ class EnvWorkerClient(TextEnv):
 
 
 def _exit_text(worker: _Worker, exc: BaseException) -> str:
-    try:  # the socket closes a moment before the process can be reaped
-        code = worker.proc.wait(timeout=1.0)
-    except subprocess.TimeoutExpired:
+    code = worker.exit_status(timeout_s=1.0)  # the socket closes a moment before the process exits
+    if code is None:
         return f"{type(exc).__name__}"
     return f"exit code {code}" if code >= 0 else f"killed by signal {-code}"
 

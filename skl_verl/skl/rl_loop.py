@@ -272,6 +272,7 @@ class SklRlAgentLoop(StatefulAgentLoop):
         states = [branch_snapshot(root, seed, b) for b in range(len(candidates))]
         steps: list[list[SimStep]] = [[] for _ in candidates]
         moves: list[str | None] = list(candidates)
+        env_lost = False
         try:
             for h in range(self.horizon):
                 if h:  # deeper steps: the policy picks each live branch's next move, in the trace
@@ -309,13 +310,13 @@ class SklRlAgentLoop(StatefulAgentLoop):
                     results.append(f"Branch {b + 1}, move {move}:\n{result.observation[:MAX_BRANCH_OBSERVATION_CHARS]}")
                 if results and not await self.add_context(stream, "user", f"Simulator results after step {h + 1}:\n\n" + "\n\n".join(results)):
                     return None
-        except TimeoutError:
-            episode.failed = f"simulation step timed out after {self.env_step_timeout_s} s"
-            return None
+        except EnvCallFailed:  # the env worker is gone: play_episode flags the sample, nothing to restore
+            env_lost = True
+            raise
         except Exception as exc:  # noqa: BLE001 - reported on the step; the real episode goes on from the root
             step["simulation_error"] = f"{type(exc).__name__}: {exc}"
         finally:
-            if not episode.failed:
+            if not env_lost:
                 await self._env_call(timing, env.set_state, root)
         return [Branch(b, root_key, self.horizon, tuple(s for s in branch_steps if s.action)) for b, branch_steps in enumerate(steps)]
 

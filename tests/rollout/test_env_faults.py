@@ -23,14 +23,15 @@ REASONS = {
     "system_exit": "raised SystemExit: 3",
     "process_exit": "lost its worker process (exit code 7)",
 }
-# (agent loop, faulty call, the call the failure names): SKL-RL's snapshot calls run inside its simulation.
+# (agent loop, faulty call, the call the failure names). SKL-RL's self-simulation restores snapshots through
+# guarded calls of its own, so a snapshot fault names the env call itself.
 POSITIONS = [
     ("skl_env", "reset", "env.reset("),
     ("skl_env", "step", "env.step("),
     ("skl_env", "admissible_actions", "env.admissible_actions("),
     ("skl_stateful", "state_key", "env.state_key("),
-    ("skl_rl", "get_state", "simulate_branches(...)"),
-    ("skl_rl", "set_state", "simulate_branches(...)"),
+    ("skl_rl", "get_state", "env.get_state("),
+    ("skl_rl", "set_state", "env.set_state("),
 ]
 HEALTHY = [("skl_env", "h1"), ("skl_stateful", "h2"), ("skl_rl", "h3")]
 
@@ -47,9 +48,12 @@ class PositionPolicy:
         last_user = prompt.rsplit("<|im_start|>user", 1)[-1]
         if "<knowledge>...</knowledge>" in last_user:
             text = "<knowledge>the goal is down and to the right</knowledge>"
+        elif "<move>...</move>" in last_user:  # SKL-RL's simulation: propose both, or pick a branch's next move
+            text = "<move>right</move><move>down</move>"
         else:
-            # Real observations start their line; simulated ones are quoted ("    | You are at ...").
-            row, column = map(int, re.findall(r"^You are at row (\d+), column (\d+)", prompt, re.M)[-1])
+            # The real position is in the last user turn that is not about a simulation branch.
+            real = [turn for turn in prompt.split("<|im_start|>user") if "Branch" not in turn and "<move>" not in turn]
+            row, column = map(int, re.findall(r"You are at row (\d+), column (\d+)", "".join(real))[-1])
             text = "<action>right</action>" if column < 2 else "<action>down</action>"
         ids = self.tokenizer(text, add_special_tokens=False)["input_ids"] + [self.tokenizer.eos_token_id]
         return TokenOutput(token_ids=ids, log_probs=[-0.5] * len(ids), extra_fields={"global_steps": 0})

@@ -209,6 +209,25 @@ def test_killing_a_worker_kills_the_envs_own_processes_and_close_survives_a_hang
     assert not alive(worker) and not alive(child)
 
 
+def test_a_worker_that_exits_on_its_own_stays_unreaped_until_its_group_is_killed():
+    """The worker's pid is its process-group id: reaping it before ``killpg`` would let that pid be
+    recycled by an unrelated process (another run's Ray worker) which the kill would then hit."""
+    async def main():
+        env = client(spawn_child=True, fault_call="step", fault_kind="process_exit")
+        await guarded_call(env.reset, TASK, seed=0, timeout_s=5)
+        worker, child = env._worker, await env.call("getattr", "child_pid", timeout_s=5)
+        assert worker.exit_status() is None
+        worker.conn.send((-1, "step", ("right",), {}))  # outside the client: nothing reaps or kills yet
+        assert worker.exit_status(timeout_s=5) == 7
+        assert os.path.exists(f"/proc/{worker.pid}") and alive(child)  # a zombie holds the pid; the env's child runs
+        with pytest.raises(EnvCallFailed, match=r"exit code 7"):
+            await guarded_call(env.step, "right", timeout_s=5)
+        return worker, child
+
+    worker, child = asyncio.run(main())
+    assert not alive(child) and not os.path.exists(f"/proc/{worker.pid}")
+
+
 def test_pool_reuses_workers_and_recycles_them_after_max_leases():
     pool = EnvPool(max_leases=2)
 

@@ -4,7 +4,7 @@
 import pytest
 
 from skl_verl.trainer import sample_fields as sf
-from loop_helpers import loop_options_override, rollout
+from loop_helpers import ENV_KWARGS, loop_options_override, rollout
 
 WIN = ["<action>right</action>", "<action>right</action>", "<action>down</action>", "<action>down</action>"]
 
@@ -46,18 +46,18 @@ def test_each_turn_is_a_sample_with_its_own_prompt_and_the_trial_fields(tmp_path
     assert "Current observation (step 4)" in prompts[3]
 
 
-def test_a_state_key_failure_gives_unique_anchors_and_keeps_the_episode(tmp_path, tiny_model_dir, monkeypatch):
-    from envs.frozenlake import FrozenLakeEnv
+def test_a_state_key_failure_flags_the_episode_and_keeps_the_steps_before_it(tmp_path, tiny_model_dir, monkeypatch):
+    from envs import ENV_CLASSES
 
-    def broken(self):
-        raise RuntimeError("no key today")
-
-    monkeypatch.setattr(FrozenLakeEnv, "state_key", broken)
+    monkeypatch.setitem(ENV_CLASSES, "faulty_frozenlake", "fault_envs:FaultyFrozenLake")
     override = loop_options_override(tmp_path, sample_granularity="step", reward_fn="scaled_success")
-    out, _ = rollout(tmp_path, tiny_model_dir, WIN, overrides=[override])
-    anchors = list(out.non_tensor_batch[sf.ANCHOR_STATE])
-    assert len(out) == 4 and all(out.non_tensor_batch["skl_won"])
-    assert len(set(anchors)) == 4 and all(a.startswith("unkeyed:") for a in anchors)
+    env_kwargs = {**ENV_KWARGS, "fault_call": "state_key", "fault_kind": "raise", "fault_at": 3}
+    out, _ = rollout(tmp_path, tiny_model_dir, WIN, env_kwargs=env_kwargs, env_name="faulty_frozenlake", overrides=[override])
+    fields = out.non_tensor_batch
+    # The third anchor lookup fails: two steps acted, then the env worker is gone and the trial is flagged.
+    assert len(out) == 2 and not any(fields["skl_won"])
+    assert all(f.startswith("env.state_key() raised RuntimeError: injected fault") for f in fields["skl_failed"])
+    assert list(fields[sf.SCORE]) == [0.0, 0.0] and len(set(fields[sf.ANCHOR_STATE])) == 2
 
 
 def test_step_mode_metrics_count_each_episode_once(tmp_path, tiny_model_dir):
