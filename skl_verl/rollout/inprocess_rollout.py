@@ -118,4 +118,6 @@ class AgentRollout:
         prompts = prompts.repeat(repeat_times=n, interleave=True)
         prompts.non_tensor_batch["session_id"] = np.tile(np.arange(n), len(prompts) // n)
         prompts.meta_info.update(global_steps=step, validate=validate)
+        # verl's TransferQueue worker hands each loop its row's columns, ``global_steps`` among them.
+        prompts.non_tensor_batch["global_steps"] = np.full(len(prompts), step, dtype=object)
         return asyncio.run(self.worker.generate_sequences(prompts))

@@ -15,14 +15,14 @@ and the knowledge held there (each text bounded), the prior z_{s_t} and the succ
 the policy's own knowledge turn at each refined state (response_mask 1), so D_distill trains the
 knowledge turns as well as the actions, in the format the policy uses at test time.
 
-Buffer B and the knowledge table live in this worker process (one per env spec), optionally
-persisted to ``memory_dir`` after every episode; with several rollout workers each holds its own
-part of the experience.
+Buffer B and the knowledge table are one ``ExperienceMemory`` per run and env spec, shared by all
+rollout workers (``skl_verl.skl.memory``). It is journaled under ``memory_dir``, or under the
+trainer's checkpoint folder when the trainer saves checkpoints, and a resumed run sees the memory of
+the checkpoint it resumed from.
 """
 
 from __future__ import annotations
 
-import itertools
 import math
 import os
 import random
@@ -43,17 +43,8 @@ from skl_verl.rollout.stateful_loop import StatefulAgentLoop
 from skl_verl.rollout.env_pool import ENV_POOL
 from skl_verl.rollout.prompt_safety import neutralise_special_tokens
 from skl_verl.skl import prompts
-from skl_verl.skl.knowledge import KnowledgeTable, ReplayBuffer, Transition
-
-_MEMORY: dict[str, tuple[ReplayBuffer, KnowledgeTable]] = {}
-_EPISODE_NUMBER = itertools.count()  # trial ids can repeat across runs in one process; buffer ids must not
-
-
-def experience_memory(env_key: str) -> tuple[ReplayBuffer, KnowledgeTable]:
-    """This process's replay buffer and knowledge table for one env spec."""
-    if env_key not in _MEMORY:
-        _MEMORY[env_key] = (ReplayBuffer(), KnowledgeTable())
-    return _MEMORY[env_key]
+from skl_verl.skl.knowledge import Transition
+from skl_verl.skl.memory import MemoryHandle, experience_memory
 
 
 def bootstrap_indices(num_states: int, fraction: float, seed: int) -> list[int]:
@@ -122,8 +113,9 @@ class SklSdAgentLoop(StatefulAgentLoop):
         extra_info = kwargs.get("extra_info") or {}
         env_name, env_kwargs, task_id = parse_env_spec(extra_info)
         env_key = f"{env_name}:{sorted(env_kwargs.items())}"
-        buffer, table = experience_memory(env_key)
+        memory = experience_memory(env_key, self.journal_dir())
         epoch = self.trainer_step = int(kwargs.get("global_steps") or 0)
+        await memory.call("begin_epoch", epoch)
         trial = _trajectory_id(kwargs)
         self.prefilled = {}
         outputs: list[AgentLoopOutput] = []
@@ -133,29 +125,27 @@ class SklSdAgentLoop(StatefulAgentLoop):
                 request_id=f"{trial}:base",
             )
             moves = [s for s in base.knowledge_steps if s.get("action") is not None]
-            episode_id = f"{trial}:base#{next(_EPISODE_NUMBER)}"
-            transitions = episode_transitions(base, episode_id, epoch)
+            transitions = episode_transitions(base, f"{trial}:base", epoch)
             if transitions:
-                buffer.add_episode(episode_id, transitions, epoch)
-            for step in moves:
-                if step["knowledge"]:
-                    table.set(step["state_key"], step["knowledge"], epoch)
+                await memory.call("add_episode", f"{trial}:base", [t.to_dict() for t in transitions], epoch)
+            said = [(step["state_key"], step["knowledge"]) for step in moves if step["knowledge"]]
+            if said:
+                await memory.call("set_knowledge", said, epoch)
             base_ok = episode_succeeded(base, self.success)
             failed = not base_ok and not base.failed
             order = bootstrap_indices(len(moves), self.fraction, stable_seed(f"{trial}:bootstrap")) if failed else []
             outputs.append(self._sample(base, trial, task_id, "base", 0, keep=base_ok, extra={"skl_bootstrap_order": order}))
             if not order:
-                self._persist(env_key, buffer, table)
                 return outputs
 
             refined: dict[str, str] = {}
             reflections = []
             for t in order:  # backward: T-1, ..., 0
-                reflection, z_hat = await self._bootstrap(moves, t, refined, buffer, table, epoch, sampling_params, trial)
+                reflection, z_hat = await self._bootstrap(moves, t, refined, memory, epoch, sampling_params, trial)
                 reflections.append((t, reflection, z_hat))
                 if z_hat:
                     refined[moves[t]["state_key"]] = z_hat
-                    table.set(moves[t]["state_key"], z_hat, epoch)
+                    await memory.call("set_knowledge", [(moves[t]["state_key"], z_hat)], epoch)
             self.prefilled = refined
             retry = await self.play_episode(
                 env, task_id, sampling_params, self.system_prompt, seed=stable_seed(f"{trial}:base"),
@@ -169,8 +159,17 @@ class SklSdAgentLoop(StatefulAgentLoop):
             reflection.reward_score = reflection.extra_fields[sf.SCORE]
             outputs.append(reflection)
         outputs.append(self._sample(retry, trial, task_id, "distill", 0, keep=retry_ok, extra={"skl_prefilled_states": len(refined)}))
-        self._persist(env_key, buffer, table)
         return outputs
+
+    def journal_dir(self) -> str | None:
+        """Where the run's experience journal lives: ``memory_dir``; else, when the trainer saves
+        checkpoints, beside them (so a resume finds it); else nowhere (memory only)."""
+        if self.memory_dir:
+            return self.memory_dir
+        trainer = self.config.get("trainer") or {}
+        if (trainer.get("save_freq") or -1) > 0 and trainer.get("default_local_dir"):
+            return os.path.join(str(trainer["default_local_dir"]), "skl_memory")
+        return None
 
     def _sample(self, episode: EpisodeResult, trial: str, task_id: str, phase: str, position: int, keep: bool, extra: dict) -> AgentLoopOutput:
         fields = {
@@ -179,24 +178,25 @@ class SklSdAgentLoop(StatefulAgentLoop):
         }
         return self.to_output(episode, reward=self.shaped_reward(episode), fields=fields)
 
-    def successor_knowledge(self, moves: list[dict], t: int, refined: dict[str, str], table: KnowledgeTable) -> str:
+    async def successor_knowledge(self, moves: list[dict], t: int, refined: dict[str, str], memory: MemoryHandle) -> str:
         """z_{s_{t+H}}: refined earlier in this loop, else what the episode said, else the table;
         past the end of the episode, the outcome itself."""
         if t + self.horizon >= len(moves):
             return "(the episode ended within these steps and failed)"
         key = moves[t + self.horizon]["state_key"]
-        return refined.get(key) or moves[t + self.horizon]["knowledge"] or table.get(key) or prompts.NO_KNOWLEDGE
+        said = refined.get(key) or moves[t + self.horizon]["knowledge"]
+        return said or await memory.call("knowledge", key) or prompts.NO_KNOWLEDGE
 
-    async def _bootstrap(self, moves, t, refined, buffer, table, epoch, sampling_params, trial):
+    async def _bootstrap(self, moves, t, refined, memory: MemoryHandle, epoch, sampling_params, trial):
         """Generate ẑ_{s_t} from C_t = [s_t, N buffered rollouts of horizon H, z_{s_t}, z_{s_t+H}]."""
         key = moves[t]["state_key"]
         # H steps plus the transition after them, whose observation is the state s_{t+H} reached.
-        rollouts = buffer.partial_rollouts(key, self.n, self.horizon + 1, scope=self.scope, rng=stable_seed(f"{trial}:{t}"))
-        prior = table.get(key, epoch=epoch - 1) if epoch > 0 else None
+        rollouts = await memory.call("partial_rollouts", key, self.n, self.horizon + 1, self.scope, stable_seed(f"{trial}:{t}"))
+        prior = await memory.call("knowledge", key, epoch - 1) if epoch > 0 else None
         user = prompts.REFLECT_USER.format(
             state=moves[t]["observation"], prior=prior or moves[t]["knowledge"] or prompts.NO_KNOWLEDGE,
             count=len(rollouts), horizon=self.horizon, rollouts=prompts.render_rollouts(rollouts, self.horizon),
-            successor=self.successor_knowledge(moves, t, refined, table),
+            successor=await self.successor_knowledge(moves, t, refined, memory),
         )
         messages = [
             {"role": "system", "content": prompts.REFLECT_SYSTEM},
@@ -216,11 +216,3 @@ class SklSdAgentLoop(StatefulAgentLoop):
         versions = self.weight_version_fields(weight_versions(output))
         sample = single_turn_output(prompt_ids, response_ids, 0.0, fields, output.log_probs, versions)
         return sample, parsed.action if parsed.ok else None
-
-    def _persist(self, env_key: str, buffer: ReplayBuffer, table: KnowledgeTable) -> None:
-        if not self.memory_dir:
-            return
-        os.makedirs(self.memory_dir, exist_ok=True)
-        name = str(abs(stable_seed(env_key)))
-        buffer.save(os.path.join(self.memory_dir, f"buffer-{name}-{os.getpid()}.jsonl"))
-        table.save(os.path.join(self.memory_dir, f"knowledge-{name}-{os.getpid()}.jsonl"))

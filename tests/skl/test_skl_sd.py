@@ -57,6 +57,13 @@ class ScriptedStatefulPolicy:
 
 def play(tmp_path, model_dir, monkeypatch, retry_follows_refined, env_kwargs=ENV_KWARGS, objective="weighted_nll",
          fraction=1.0, horizon=1, **policy_options):
+    rollout, config, policy = sd_rollout(tmp_path, model_dir, monkeypatch, retry_follows_refined, env_kwargs, objective,
+                                         fraction, horizon, **policy_options)
+    return rollout.rollout(next(rollout.batches(1)), step=1, n=1), config, policy
+
+
+def sd_rollout(tmp_path, model_dir, monkeypatch, retry_follows_refined, env_kwargs=ENV_KWARGS, objective="weighted_nll",
+               fraction=1.0, horizon=1, overrides=(), policy_class=None, **policy_options):
     monkeypatch.setenv("TENSORBOARD_DIR", str(tmp_path / "tb"))
     loops = OmegaConf.load(AGENT_LOOP_CONFIG)
     for entry in loops:
@@ -78,12 +85,12 @@ def play(tmp_path, model_dir, monkeypatch, retry_follows_refined, env_kwargs=ENV
             f"actor_rollout_ref.rollout.agent.agent_loop_config_path={loop_yaml}",
             "actor_rollout_ref.actor.policy_loss.loss_mode="
             + ("skl_weighted_nll" if objective == "weighted_nll" else "skl_sd_eq1"),
+            *overrides,
         ]
     )
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    policy = ScriptedStatefulPolicy(tokenizer, retry_follows_refined, **policy_options)
-    rollout = AgentRollout(config, policy, tokenizer, train)
-    return rollout.rollout(next(rollout.batches(1)), step=1, n=1), config, policy
+    policy = (policy_class or ScriptedStatefulPolicy)(tokenizer, retry_follows_refined, **policy_options)
+    return AgentRollout(config, policy, tokenizer, train), config, policy
 
 
 def by_phase(data):
@@ -185,3 +192,45 @@ def test_policy_gradient_objective_trains_only_positive_filtered_groups(tmp_path
     rows = by_phase(data)
     assert rows["distill"] == [(0, True, 0.0)] and rows["base"] == [(0, False, 0.0)]
     assert all(keep and adv == pytest.approx(LAMBDA_REFLECT) for _, keep, adv in rows["reflect"])
+
+
+class TrialTaggedPolicy(ScriptedStatefulPolicy):
+    """Knowledge that names its trial, so every buffered episode renders differently in C_t."""
+
+    async def generate(self, request_id, *, prompt_ids, sampling_params, **kwargs):
+        out = await super().generate(request_id, prompt_ids=prompt_ids, sampling_params=sampling_params, **kwargs)
+        text = self.tokenizer.decode(out.token_ids, skip_special_tokens=True)
+        if text.startswith("<knowledge>base"):
+            text = text.replace("<knowledge>base", f"<knowledge>{request_id.split(':')[0]} base")
+            out.token_ids = self.tokenizer(text, add_special_tokens=False)["input_ids"] + [self.tokenizer.eos_token_id]
+            out.log_probs = [-1.0] * len(out.token_ids)
+        return out
+
+
+def test_a_run_resumed_from_a_checkpoint_sees_the_same_buffer_and_table(tmp_path, tiny_model_dir, monkeypatch):
+    from skl_verl.skl import memory
+
+    checkpoints = tmp_path / "checkpoints"
+    # The trainer saves checkpoints, so the experience journal lives beside them.
+    overrides = ["trainer.save_freq=1", f"trainer.default_local_dir={checkpoints}"]
+
+    def run(steps, tag):
+        monkeypatch.setattr(memory, "_HANDLES", {})  # a new process: nothing survives but the journal
+        rollout, _, policy = sd_rollout(tmp_path / tag, tiny_model_dir, monkeypatch, False, horizon=1,
+                                        overrides=overrides, policy_class=TrialTaggedPolicy)
+        prompts = {}
+        for step in steps:
+            rollout.rollout(next(rollout.batches(1, shuffle=False)), step=step, n=1)
+            prompts[step] = dict(policy.reflect_prompts)
+        (handle,) = memory._HANDLES.values()
+        return prompts, handle.target.contents()
+
+    (tmp_path / "first").mkdir()
+    (tmp_path / "resumed").mkdir()
+    first, first_memory = run([1, 2, 3], "first")  # dies after step 3's rollout: the last checkpoint is step 2's
+    assert list((checkpoints / "skl_memory").glob("experience-*.jsonl"))
+    assert "step2" in first[3][0] and "step1" in first[3][0]  # C_t draws on earlier steps' episodes
+    resumed, resumed_memory = run([3], "resumed")
+    for t in first[3]:
+        assert resumed[3][t] == first[3][t], "\n".join(__import__("difflib").unified_diff(first[3][t].splitlines(), resumed[3][t].splitlines(), lineterm=""))
+    assert resumed_memory == first_memory and first_memory[0].num_episodes == 3

@@ -1,0 +1,198 @@
+"""SKL-SD's experience memory: the replay buffer B and the knowledge table of one run (Alg. 1).
+
+The paper keeps one experience buffer. Here one ``ExperienceMemory`` per (run, env spec) is shared by
+every rollout worker: a named Ray actor when Ray runs (the trainer), an object of this process
+otherwise (in-process rollouts, tests). Every change is appended to a journal, one self-checked JSON
+line per change, so a save costs one line instead of rewriting the buffer. A run resumed from the
+checkpoint of step s replays the journal and drops what steps after s wrote (``begin_epoch``), so it
+sees the buffer and table the checkpointed run had.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from skl_verl.skl.knowledge import KnowledgeTable, ReplayBuffer, Transition
+
+logger = logging.getLogger(__name__)
+
+JOURNAL_FORMAT = 1
+_HEADER = {"skl_verl": "experience_journal", "format": JOURNAL_FORMAT}
+
+
+def _line(record: dict[str, Any]) -> bytes:
+    body = json.dumps(record, sort_keys=True, ensure_ascii=False)
+    check = hashlib.sha256(body.encode("utf-8")).hexdigest()[:16]
+    return json.dumps({"check": check, "record": record}, sort_keys=True, ensure_ascii=False).encode("utf-8") + b"\n"
+
+
+def read_journal(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """The records of a journal. A last line cut short by a crash is dropped (with a warning); any
+    other damaged line is an error naming the file and line."""
+    lines = Path(path).read_bytes().split(b"\n")
+    torn_tail = lines[-1] != b""  # every complete line ends with a newline
+    if not torn_tail:
+        lines.pop()
+    records = []
+    for lineno, raw in enumerate(lines, start=1):
+        last = lineno == len(lines)
+        try:
+            entry = json.loads(raw.decode("utf-8"))
+            if lineno == 1:
+                if entry != _HEADER:
+                    raise ValueError(f"not an experience journal of format {JOURNAL_FORMAT}: {entry!r:.200}")
+                continue
+            body = json.dumps(entry["record"], sort_keys=True, ensure_ascii=False)
+            if hashlib.sha256(body.encode("utf-8")).hexdigest()[:16] != entry["check"]:
+                raise ValueError("the line does not match its checksum")
+        except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            if last and torn_tail and lineno > 1:
+                logger.warning("%s:%d: dropping a line cut short by a crash (%s)", path, lineno, exc)
+                break
+            raise ValueError(f"{path}:{lineno}: damaged experience journal line: {exc}") from None
+        records.append(entry["record"])
+    return records
+
+
+class ExperienceMemory:
+    """B and the knowledge table, with an optional append-only journal at ``journal_path``."""
+
+    def __init__(self, journal_path: str | None = None) -> None:
+        self.journal_path = journal_path
+        self.buffer = ReplayBuffer()
+        self.table = KnowledgeTable()
+        self._records: list[dict[str, Any]] = []
+        self._epoch = -1
+        if journal_path and os.path.exists(journal_path):
+            for record in read_journal(journal_path):
+                self._apply(record)
+            self._rewrite()  # drops a torn last line before anything is appended after it
+        elif journal_path:
+            self._rewrite()
+
+    # -- changes
+
+    def begin_epoch(self, epoch: int) -> None:
+        """Called with the trainer step before each change. The first call of a step forgets what
+        that step and later ones wrote in an earlier life of the run: a resume from the checkpoint
+        of step ``epoch - 1`` then sees exactly that checkpoint's memory."""
+        if epoch <= self._epoch:
+            return
+        self._epoch = epoch
+        if any(r["epoch"] >= epoch for r in self._records):
+            kept = [r for r in self._records if r["epoch"] < epoch]
+            logger.info("experience memory: resuming at step %d, dropping %d journal records of later steps",
+                        epoch, len(self._records) - len(kept))
+            self.buffer, self.table, self._records = ReplayBuffer(), KnowledgeTable(), []
+            for record in kept:
+                self._apply(record)
+            self._rewrite()
+
+    def add_episode(self, trial: str, transitions: list[dict[str, Any]], epoch: int) -> str:
+        """Store an episode's transitions (``Transition.to_dict`` form, ``episode_id`` left out);
+        returns the id the memory gave it, unique within the run."""
+        self.begin_epoch(epoch)
+        episode_id = f"{trial}#{self.buffer.num_episodes}"
+        transitions = [{k: v for k, v in t.items() if k != "episode_id"} for t in transitions]
+        record = {"op": "episode", "epoch": epoch, "episode_id": episode_id, "transitions": transitions}
+        self._apply(record)
+        self._append(record)
+        return episode_id
+
+    def set_knowledge(self, entries: list[tuple[str, str]], epoch: int) -> None:
+        """Write ``(state_key, text)`` entries into the table at ``epoch``."""
+        self.begin_epoch(epoch)
+        for state_key, text in entries:
+            record = {"op": "knowledge", "epoch": epoch, "state_key": state_key, "text": text}
+            self._apply(record)
+            self._append(record)
+
+    # -- reads
+
+    def partial_rollouts(self, state_key: str, n: int, length: int, scope: str, seed: int) -> list[list[Transition]]:
+        return self.buffer.partial_rollouts(state_key, n, length, scope=scope, rng=seed)
+
+    def knowledge(self, state_key: str, epoch: int | None = None) -> str | None:
+        return self.table.get(state_key, epoch=epoch)
+
+    def contents(self) -> tuple[ReplayBuffer, KnowledgeTable]:
+        return self.buffer, self.table
+
+    # -- internals
+
+    def _apply(self, record: dict[str, Any]) -> None:
+        if record["op"] == "episode":
+            transitions = [Transition.from_dict({**t, "episode_id": record["episode_id"]}) for t in record["transitions"]]
+            self.buffer.add_episode(record["episode_id"], transitions, record["epoch"])
+        elif record["op"] == "knowledge":
+            self.table.set(record["state_key"], record["text"], record["epoch"])
+        else:
+            raise ValueError(f"unknown experience journal record {record['op']!r}")
+        self._records.append(record)
+
+    def _append(self, record: dict[str, Any]) -> None:
+        if self.journal_path:
+            with open(self.journal_path, "ab") as handle:
+                handle.write(_line(record))
+                handle.flush()
+                os.fsync(handle.fileno())
+
+    def _rewrite(self) -> None:
+        """Write the whole journal atomically (only at start-up and on a resume that drops steps)."""
+        Path(self.journal_path).parent.mkdir(parents=True, exist_ok=True)
+        tmp = f"{self.journal_path}.{os.getpid()}.tmp"
+        with open(tmp, "wb") as handle:
+            handle.write(json.dumps(_HEADER, sort_keys=True).encode("utf-8") + b"\n")
+            for record in self._records:
+                handle.write(_line(record))
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, self.journal_path)
+
+
+# ------------------------------------------------------------------------- one memory per run
+
+
+_HANDLES: dict[str, MemoryHandle] = {}  # this process's handles, by actor name or journal
+
+
+class MemoryHandle:
+    """A rollout loop's access to its run's memory: the shared Ray actor, or this process's object."""
+
+    def __init__(self, target: Any, remote: bool) -> None:
+        self.target, self.remote = target, remote
+
+    async def call(self, method: str, *args: Any) -> Any:
+        if self.remote:
+            return await getattr(self.target, method).remote(*args)
+        return getattr(self.target, method)(*args)
+
+
+def experience_memory(env_key: str, journal_dir: str | None) -> MemoryHandle:
+    """The run's memory for one env spec, journaled under ``journal_dir`` (None: not persisted).
+
+    Under Ray (the trainer) it is a named actor of the run's job, created by whichever rollout
+    worker gets there first; every worker's loops then read and write the same B and table."""
+    import ray
+
+    digest = hashlib.sha256(env_key.encode("utf-8")).hexdigest()[:16]
+    journal = os.path.join(journal_dir, f"experience-{digest}.jsonl") if journal_dir else None
+    if ray.is_initialized():
+        name = f"skl_experience_memory:{ray.get_runtime_context().get_job_id()}:{digest}"
+        if name not in _HANDLES:
+            # num_cpus=0: the memory must never wait for a CPU the trainer's workers hold.
+            actor = ray.remote(ExperienceMemory).options(name=name, get_if_exists=True, num_cpus=0).remote(journal)
+            _HANDLES[name] = MemoryHandle(actor, remote=True)
+        return _HANDLES[name]
+    key = journal or f"in-memory:{env_key}"
+    if key not in _HANDLES:
+        _HANDLES[key] = MemoryHandle(ExperienceMemory(journal), remote=False)
+    return _HANDLES[key]
+
+
+__all__ = ["ExperienceMemory", "MemoryHandle", "experience_memory", "read_journal"]

@@ -1,0 +1,104 @@
+"""SKL-SD's experience memory: one per run, journaled append-only, resumed with the checkpoint."""
+
+import asyncio
+import os
+import sys
+
+import pytest
+
+from skl_verl.skl import memory as memory_module
+from skl_verl.skl.knowledge import Transition
+from skl_verl.skl.memory import ExperienceMemory, experience_memory, read_journal
+
+
+def transitions(tag, epoch, length=3):
+    return [
+        Transition(episode_id="placeholder", t=t, state_key=f"s{t}", observation=f"{tag} at s{t}", knowledge=f"{tag} z{t}",
+                   action="right", reward=0.0, next_state_key=f"s{t + 1}", done=t == length - 1, epoch=epoch).to_dict()
+        for t in range(length)
+    ]
+
+
+def fill(memory, epochs):
+    for epoch in epochs:
+        for trial in ("a", "b"):
+            memory.add_episode(f"{trial}{epoch}", transitions(f"{trial}{epoch}", epoch), epoch)
+        memory.set_knowledge([("s0", f"z0 after step {epoch}"), ("s2", f"z2 after step {epoch}")], epoch)
+
+
+def copy_of(memory):
+    clone = ExperienceMemory()
+    for record in memory._records:
+        clone._apply(record)
+    return clone.contents()
+
+
+def test_a_resume_from_step_s_sees_the_memory_of_step_s(tmp_path):
+    journal = tmp_path / "experience.jsonl"
+    memory = ExperienceMemory(str(journal))
+    fill(memory, [1, 2])
+    after_step_2 = copy_of(memory)
+    fill(memory, [3])  # the run dies during step 3; its checkpoint is step 2's
+    assert ExperienceMemory(str(journal)).contents() == memory.contents()  # the journal holds everything
+
+    resumed = ExperienceMemory(str(journal))
+    resumed.begin_epoch(3)
+    assert resumed.contents() == after_step_2
+    assert resumed.buffer.num_episodes == 4 and resumed.knowledge("s0") == "z0 after step 2"
+    assert ExperienceMemory(str(journal)).contents() == after_step_2  # the dropped steps are gone from disk too
+    resumed.begin_epoch(3)  # later calls of the same step keep what the step wrote
+    resumed.add_episode("c3", transitions("c3", 3), 3)
+    resumed.begin_epoch(3)
+    assert resumed.buffer.num_episodes == 5
+
+
+def test_each_change_appends_one_line_and_earlier_lines_stay_as_written(tmp_path):
+    journal = tmp_path / "experience.jsonl"
+    memory = ExperienceMemory(str(journal))
+    fill(memory, [1])
+    before = journal.read_bytes()
+    memory.add_episode("c1", transitions("c1", 1), 1)
+    after = journal.read_bytes()
+    assert after.startswith(before) and after[len(before):].count(b"\n") == 1
+    assert len(read_journal(journal)) == 2 + 2 + 1  # two episodes, two knowledge entries, one episode
+
+
+def test_a_line_cut_by_a_crash_is_dropped_and_a_damaged_line_is_an_error(tmp_path):
+    journal = tmp_path / "experience.jsonl"
+    fill(ExperienceMemory(str(journal)), [1])
+    whole = journal.read_bytes()
+    journal.write_bytes(whole[:-20])  # the last append was cut short
+    memory = ExperienceMemory(str(journal))
+    assert memory.knowledge("s2") is None and memory.knowledge("s0") == "z0 after step 1"
+    memory.set_knowledge([("s2", "again")], 1)  # appended after the torn line was dropped
+    assert ExperienceMemory(str(journal)).knowledge("s2") == "again"
+
+    lines = whole.split(b"\n")
+    lines[1] = lines[1].replace(b"a1 at s1", b"a1 at s9")
+    journal.write_bytes(b"\n".join(lines))
+    with pytest.raises(ValueError, match=r"experience.jsonl:2: damaged experience journal line: .*checksum"):
+        ExperienceMemory(str(journal))
+
+
+def test_every_rollout_worker_of_a_run_shares_one_memory():
+    ray = pytest.importorskip("ray")
+    # The workers import this test module, as verl's workers import skl_verl.
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join(p or os.getcwd() for p in sys.path)}})
+    try:
+        @ray.remote(num_cpus=0)
+        class RolloutWorker:  # stands for verl's agent-loop workers: separate processes of the run's job
+            def play(self, trial, epoch):
+                async def main():
+                    memory = experience_memory("frozenlake:[]", None)
+                    await memory.call("add_episode", trial, transitions(trial, epoch), epoch)
+                    return await memory.call("partial_rollouts", "s0", 8, 1, "all", 0)
+
+                return [[t.observation for t in rollout] for rollout in asyncio.run(main())]
+
+        first, second = RolloutWorker.remote(), RolloutWorker.remote()
+        assert ray.get(first.play.remote("w1", 1)) == [["w1 at s0"]]
+        assert ray.get(second.play.remote("w2", 1)) == [["w1 at s0"], ["w2 at s0"]]  # sees the other worker's episode
+    finally:
+        ray.shutdown()
+        memory_module._HANDLES.clear()
