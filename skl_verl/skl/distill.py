@@ -65,64 +65,10 @@ Biases to keep in mind: (i) all of them are unbiased only if the tokens were sam
 prefixes are visited (the usual per-token surrogate); (iii) ``log_ratio_clamp`` (default 20,
 verl's value) clips ``t - s`` before ``exp`` for stability and biases extreme tokens.
 
-verl 0.9.1's distillation registry - what it passes and how we map onto it
---------------------------------------------------------------------------
-``verl.trainer.distillation.losses`` keeps ``DISTILLATION_LOSS_REGISTRY`` (name -> fn) and
-``DISTILLATION_SETTINGS_REGISTRY`` (name -> ``DistillationLossSettings(names, use_topk,
-use_estimator)``, exactly one of the two flags), filled by ``register_distillation_loss(settings)``
-and read by ``get_distillation_loss_fn`` / ``get_distillation_loss_settings``
-(``DistillationLossConfig.loss_mode`` is looked up at config construction, so a name must be
-registered before the config is built). The signature (``DistillationLossFn``) is::
-
-    fn(config: ActorConfig, distillation_config: DistillationConfig,
-       model_output: dict, data: TensorDict) -> tuple[per_token_losses (B, R), metrics: dict]
-
-called with keyword arguments from ``distillation_loss``, which itself is reached from
-``distillation_ppo_loss`` (the actor's loss when ``distillation.enabled``). What the function
-receives:
-
-* ``data["teacher_logprobs"]`` / ``data["teacher_ids"]``: nested (jagged) tensors over the whole
-  prompt+response sequence, ``(bsz, j, K)``, in the model-output layout (``no_padding_2_padding``
-  slices and left-shifts them onto the response). ``K = 1`` for ``use_estimator`` losses (the
-  teacher's log-prob of the sampled token), ``K = topk`` for ``use_topk`` losses (top-k ids and
-  log-probs). ``data["response_mask"]`` (B, R), plus ``prompts``/``responses``/``attention_mask``.
-* ``model_output["log_probs"]``: the student's sampled-token log-probs (nested, with grad).
-  For ``use_topk`` losses additionally ``model_output["distillation_losses" | "student_mass" |
-  "teacher_mass" | ...]``: the per-token top-k forward KL **already computed** in the logits
-  processor by ``compute_topk_loss``, which dispatches on the strategy only (FSDP/Megatron
-  ``compute_forward_kl_topk``) and ignores ``loss_mode``. The student's full logits never reach a
-  registered function, and no teacher gives full-vocabulary logits.
-
-``distillation_loss`` then clamps the per-token losses to ``+-loss_max_clamp``, and either
-aggregates them with ``agg_loss(response_mask, actor.loss_agg_mode)`` (supervised,
-``use_policy_gradient=False``) or uses ``-losses.detach()`` as advantages of a vanilla PPO loss
-(``use_policy_gradient=True``); ``distillation_ppo_loss`` adds ``distillation_loss_coef`` (our
-lambda) times that to the PPO loss when ``use_task_rewards``.
-
-Mapping (done by :func:`register_with_verl`, never at import time):
-
-* ``"skl_reverse_kl"`` (``use_estimator=True``) -> :func:`reverse_kl_sampled` on
-  (``model_output["log_probs"]``, ``data["teacher_logprobs"][..., 0]``), reduction ``"none"``.
-  The estimator follows the config so the gradient is the reverse KL's either way: ``"k1"`` when
-  ``use_policy_gradient`` (reward ``-k1`` -> exact ``grad KL[s||t]``), ``"k3+"`` otherwise.
-* ``"skl_forward_kl"`` (``use_topk=True``) -> verl's own top-k forward KL
-  ``sum_{k in topk(t)} t_k (log t_k - log s_k)`` (no renormalisation, clamped >= 0), i.e.
-  :func:`forward_kl_topk`; the math runs in verl's logits processor, our registered function
-  only post-processes (it wraps verl's ``compute_forward_kl_topk``).
-
-Both additionally honour an optional ``data["skl_distill_mask"]`` (same layout as
-``response_mask``): per-token losses outside ``z`` are zeroed (note verl still normalises by
-``response_mask``). Full-vocabulary :func:`forward_kl` / :func:`reverse_kl` do not fit the
-registry (nothing passes full logits of both sides); use them in our own loss path.
-
-What verl's registry does **not** give SKL: verl's teacher is a separate frozen inference server
-(``distillation.teacher_models.*.model_path``) fed the *student's own* ``prompt_ids +
-response_ids``. SKL's teacher is the current policy under a *different* context
-(``tau_N^H, s_t, H``), so ``teacher_logprobs`` (and, for the top-k form, ``teacher_ids``; verl's
-``left_right_2_no_padding`` converts them only if both keys are present) must be filled by our
-own code, e.g. by the actor's ``compute_log_prob`` on the teacher-context sequences, with the
-``z``-token positions re-aligned onto the student sequence. The actor only yields sampled-token
-log-probs, which is why the estimator form (``skl_reverse_kl``) is the natural fit.
+Not registered in verl's distillation registry: its losses need ``teacher_logprobs`` from a
+frozen teacher server fed the student's own sequence, while SKL's teacher is the current policy
+under the simulation context. SKL-RL's reverse-KL credit is therefore computed in the rollout
+(teacher probes) and applied by the ``skl_rl`` estimator; these functions are the reference math.
 """
 
 from __future__ import annotations
@@ -136,14 +82,11 @@ import torch.nn.functional as F
 __all__ = [
     "REDUCTIONS",
     "ESTIMATORS",
-    "DISTILL_MASK_KEY",
-    "VERL_LOSS_NAMES",
     "forward_kl",
     "reverse_kl",
     "forward_kl_topk",
     "reverse_kl_sampled",
     "distill_loss",
-    "register_with_verl",
 ]
 
 Reduction = Literal["none", "token-mean", "sum", "seq-mean-token-sum"]
@@ -151,9 +94,6 @@ REDUCTIONS: tuple[str, ...] = ("none", "token-mean", "sum", "seq-mean-token-sum"
 ESTIMATORS: tuple[str, ...] = ("k1", "k2", "k3", "k3+")
 KINDS: tuple[str, ...] = ("forward", "reverse")
 
-DISTILL_MASK_KEY = "skl_distill_mask"
-"""Optional (B, R) key in verl's micro-batch selecting the z tokens inside the response."""
-VERL_LOSS_NAMES = {"forward": "skl_forward_kl", "reverse": "skl_reverse_kl"}
 
 
 # --------------------------------------------------------------------------- validation
@@ -499,98 +439,3 @@ def distill_loss(
             "distill/coef": float(coef),
         }
     return loss, metrics
-
-
-# --------------------------------------------------------------------------- verl registry
-
-
-def _padded_bool_mask(mask: torch.Tensor) -> torch.Tensor:
-    return mask.bool().to_padded_tensor(False) if mask.is_nested else mask.bool()
-
-
-def _skl_mask(data, response_mask_bool: torch.Tensor) -> torch.Tensor:
-    if DISTILL_MASK_KEY not in data.keys():
-        return response_mask_bool
-    z_mask = _padded_bool_mask(data[DISTILL_MASK_KEY]).to(response_mask_bool.device)
-    if z_mask.shape != response_mask_bool.shape:
-        raise ValueError(
-            f"data[{DISTILL_MASK_KEY!r}] must match response_mask's shape {tuple(response_mask_bool.shape)}, "
-            f"got {tuple(z_mask.shape)}"
-        )
-    return response_mask_bool & z_mask
-
-
-def verl_skl_reverse_kl(config, distillation_config, model_output: dict, data) -> tuple[torch.Tensor, dict]:
-    """verl ``DistillationLossFn`` for ``loss_mode="skl_reverse_kl"`` (estimator form, Eq. 6).
-
-    Student = ``model_output["log_probs"]``, teacher = ``data["teacher_logprobs"]`` (K = 1),
-    both sliced onto the response like verl's own estimator losses. Estimator: ``"k1"`` when
-    ``distillation_loss.use_policy_gradient`` (verl turns ``-loss`` into advantages), else
-    ``"k3+"`` (backpropagated). Returns (B, R) per-token losses, 0 outside ``z``.
-    """
-    from verl.utils.metric import AggregationType, Metric
-    from verl.workers.utils.padding import no_padding_2_padding
-
-    student = no_padding_2_padding(model_output["log_probs"], data)
-    teacher = no_padding_2_padding(data["teacher_logprobs"], data)
-    if teacher.dim() == student.dim() + 1:
-        if teacher.shape[-1] != 1:
-            raise ValueError(
-                f"skl_reverse_kl needs the teacher's sampled-token log-prob (K=1), got K={teacher.shape[-1]}"
-            )
-        teacher = teacher.squeeze(-1)
-    mask = _skl_mask(data, _padded_bool_mask(data["response_mask"]))
-    use_pg = bool(distillation_config.distillation_loss.use_policy_gradient)
-    estimator = "k1" if use_pg else "k3+"
-    losses = reverse_kl_sampled(student, teacher, mask, estimator=estimator, reduction="none")
-    with torch.no_grad():
-        k3 = reverse_kl_sampled(student.detach(), teacher, mask, estimator="k3", reduction="token-mean")
-        n = mask.sum()
-        abs_mean = losses.detach().abs().sum() / n.clamp_min(1)
-    metrics = {
-        "distillation/abs_loss": Metric(AggregationType.MEAN, abs_mean),
-        "distillation/skl_reverse_kl_k3": Metric(AggregationType.MEAN, k3),
-        "distillation/skl_num_z_tokens": Metric(AggregationType.SUM, n.float()),
-    }
-    return losses, metrics
-
-
-def verl_skl_forward_kl(config, distillation_config, model_output: dict, data) -> tuple[torch.Tensor, dict]:
-    """verl ``DistillationLossFn`` for ``loss_mode="skl_forward_kl"`` (top-k form, Eq. 5).
-
-    The per-token top-k forward KL (= :func:`forward_kl_topk`) was computed by verl's logits
-    processor; this delegates verl's post-processing (``compute_forward_kl_topk``: metrics,
-    clamp >= 0) and zeroes tokens outside ``data["skl_distill_mask"]`` when present.
-    """
-    from verl.trainer.distillation import losses as verl_losses
-
-    losses, metrics = verl_losses.compute_forward_kl_topk(
-        config=config, distillation_config=distillation_config, model_output=model_output, data=data
-    )
-    if DISTILL_MASK_KEY in data.keys():
-        mask = _skl_mask(data, _padded_bool_mask(data["response_mask"])).to(losses.device)
-        losses = torch.where(mask, losses, torch.zeros((), dtype=losses.dtype, device=losses.device))
-    return losses, metrics
-
-
-def register_with_verl() -> dict[str, Any]:
-    """Register ``skl_forward_kl`` (top-k) and ``skl_reverse_kl`` (estimator) with verl.
-
-    Idempotent: names already bound to our functions are left alone; a name bound to some
-    other function raises ``ValueError``. Returns ``{name: fn}``. Must run (in every process
-    that builds a ``DistillationLossConfig``) before verl's config is constructed.
-    """
-    from verl.trainer.distillation import losses as verl_losses
-
-    wanted = {
-        VERL_LOSS_NAMES["forward"]: (verl_skl_forward_kl, {"use_topk": True}),
-        VERL_LOSS_NAMES["reverse"]: (verl_skl_reverse_kl, {"use_estimator": True}),
-    }
-    for name, (fn, flags) in wanted.items():
-        existing = verl_losses.DISTILLATION_LOSS_REGISTRY.get(name)
-        if existing is fn:
-            continue
-        if existing is not None:
-            raise ValueError(f"verl distillation loss {name!r} is already registered to {existing!r}")
-        verl_losses.register_distillation_loss(verl_losses.DistillationLossSettings(names=[name], **flags))(fn)
-    return {name: fn for name, (fn, _) in wanted.items()}

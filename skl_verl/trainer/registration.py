@@ -29,9 +29,6 @@ def register(with_trainer: bool = True) -> None:
     import skl_verl.skl.sd_loop  # noqa: F401
     import skl_verl.trainer.estimators  # noqa: F401  (estimator skl_grpo)
     import skl_verl.trainer.gigpo  # noqa: F401  (estimator gigpo)
-    from skl_verl.skl.distill import register_with_verl as register_distillation_losses
-
-    register_distillation_losses()
     if with_trainer and not _TRAINER_REGISTERED:
         from skl_verl.trainer.sync_trainer import register_sync_trainer
 

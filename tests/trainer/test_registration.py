@@ -42,16 +42,6 @@ def test_policy_loss_resolves_through_verl_and_is_weighted_nll():
     assert metrics["actor/weighted_nll_token_frac"] == 1.0
 
 
-def test_distillation_losses_resolve_through_verl():
-    from verl.trainer.distillation.losses import get_distillation_loss_fn
-
-    from skl_verl.skl import distill
-
-    skl_verl.register(with_trainer=False)
-    assert get_distillation_loss_fn("skl_reverse_kl") is distill.verl_skl_reverse_kl
-    assert get_distillation_loss_fn("skl_forward_kl") is distill.verl_skl_forward_kl
-
-
 def test_agent_loop_resolves_through_verl_registry_and_yaml():
     skl_verl.register(with_trainer=False)
     # The decorator entry, or the YAML entry once a worker has loaded the YAML: same class either way.
