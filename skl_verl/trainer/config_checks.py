@@ -99,6 +99,8 @@ ESTIMATOR_OPTIONS: dict[str, dict[str, Option]] = {
     },
     "skl_rl": {"distill_coef": _weight(0.1), "norm": _NORM, "eps": _EPS},
     "skl_grpo": {"norm": _NORM, "eps": _EPS},
+    "skl_rloo": {},
+    "skl_gae": {},  # verl's algorithm.gamma and algorithm.lam
     "gigpo": {"gamma": _fraction(0.95), "step_advantage_weight": _weight(1.0), "norm": _NORM, "eps": _EPS},
 }
 """``algorithm.<estimator>.*``."""

@@ -15,6 +15,7 @@ import os
 
 import hydra
 from omegaconf import DictConfig, OmegaConf, open_dict
+from verl.trainer.ppo.utils import need_critic
 
 import skl_verl
 from skl_verl.trainer.estimators import SAMPLE_FIELDS_ATTR
@@ -56,6 +57,13 @@ CPU_SETTINGS = {
     # verl starts 8 reward-loop workers by default; each imports verl and torch (~7 CPU-s, ~0.4 GB), which
     # on 2 cores added ~30 s to every launch. Our loops score in-loop, so one worker is plenty.
     "reward.num_workers": 1,
+    # A critic (PPO baselines) on the same CPU settings as the actor; unused when the critic is off.
+    "critic.strategy": "fsdp2",
+    "critic.model.use_remove_padding": False,
+    "critic.model.enable_gradient_checkpointing": False,
+    "critic.model.override_config.attn_implementation": "sdpa",
+    "critic.fsdp.use_torch_compile": False,
+    "critic.fsdp.dtype": "float32",
 }
 
 PROPAGATED_ENV_VARS = ("ALFWORLD_DATA", "WEBSHOP_URL", "WEBSHOP_GOALS_FILE", "STOCKFISH_PATH", "VERL_FILE_LOGGER_PATH",
@@ -133,8 +141,10 @@ def prepare_config(config: DictConfig) -> DictConfig:
         raise ConfigError(
             f"agent loop {default_loop!r} emits one sample per env step (sample_granularity: step); "
             f"algorithm.adv_estimator={estimator} would count steps as if they were trials. Use an estimator "
-            "that scores trials (skl_grpo, skillrise, gigpo) or sample_granularity: episode"
+            "that scores trials (skl_grpo, skl_rloo, skl_gae, skillrise, gigpo) or sample_granularity: episode"
         )
+    if estimator == "skl_gae" and not need_critic(config):
+        raise ConfigError("algorithm.adv_estimator=skl_gae (PPO) needs the critic's values: set critic.enable=true")
     if estimator == "gigpo" and granularity != "step":
         raise ConfigError(
             f"algorithm.adv_estimator=gigpo groups env steps by anchor state, but agent loop {default_loop!r} "

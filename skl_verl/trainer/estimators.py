@@ -19,7 +19,7 @@ from verl.trainer.ppo import core_algos
 
 from skl_verl.trainer import sample_fields as sf
 from skl_verl.trainer.config_checks import estimator_options
-from skl_verl.trainer.group_advantage import first_rows, group_codes, group_relative_advantages
+from skl_verl.trainer.group_advantage import first_rows, group_codes, group_relative_advantages, leave_one_out_advantages
 
 SAMPLE_FIELDS_ATTR = "wants_sample_fields"
 
@@ -30,7 +30,8 @@ def register_estimator(name: str, required_fields: tuple[str, ...]) -> Callable[
 
     The registered function has verl's estimator signature; it checks that the batch carries
     ``required_fields`` and reads ``options`` from ``algorithm.<name>`` (config_checks' schema, defaults
-    filled in). ``log_probs`` are the ``old_log_probs``/``ref_log_probs`` ``compute_advantage`` passes.
+    filled in); ``algorithm`` is the whole algorithm config. ``log_probs`` are the ``old_log_probs``/
+    ``ref_log_probs`` (and the critic's ``values``) ``compute_advantage`` passes.
     """
 
     def decorate(fn: Callable) -> Callable:
@@ -44,7 +45,8 @@ def register_estimator(name: str, required_fields: tuple[str, ...]) -> Callable[
             **log_probs: Any,
         ) -> tuple[torch.Tensor, torch.Tensor]:
             require_fields(name, sample_fields, required_fields)
-            return fn(token_level_rewards, response_mask, sample_fields, estimator_options(config, name), **log_probs)
+            options = estimator_options(config, name)
+            return fn(token_level_rewards, response_mask, sample_fields, options, algorithm=config, **log_probs)
 
         setattr(estimator, SAMPLE_FIELDS_ATTR, True)
         return core_algos.register_adv_est(name)(estimator)
@@ -122,6 +124,37 @@ def grouped_grpo_estimator(token_level_rewards, response_mask, sample_fields, op
     return to_tokens(advantages, scores, response_mask)
 
 
+@register_estimator("skl_rloo", (sf.TRAJECTORY_ID, sf.SEQUENCE_ID, sf.POSITION, sf.PHASE))
+def grouped_rloo_estimator(token_level_rewards, response_mask, sample_fields, options, **_):
+    """RLOO outcome advantages over trials, with skl_grpo's groups: each trial's score minus the mean
+    score of the other trials of its (sequence, position, phase) group, broadcast to the trial's
+    samples, each step sample minus its own format penalty. No options."""
+    units, first = trial_units(sample_fields)
+    scores = outcome_scores(token_level_rewards).to(torch.float64)
+    groups = group_codes(*(np.asarray(sample_fields[k])[first.numpy()] for k in (sf.SEQUENCE_ID, sf.POSITION, sf.PHASE)))
+    advantages = leave_one_out_advantages(scores[first], groups)[units] - step_penalties(sample_fields, len(units))
+    return to_tokens(advantages, scores, response_mask)
+
+
+@register_estimator("skl_gae", (sf.TRAJECTORY_ID,))
+def step_gae_estimator(token_level_rewards, response_mask, sample_fields, options, algorithm=None, values=None, **_):
+    """PPO's GAE (verl's ``compute_gae_advantage_return``) on samples that may be env steps: each
+    sample's reward is its trial's score minus its own format penalty, on its last policy token,
+    and the critic's values bootstrap within the sample, as verl-agent's PPO scores step samples.
+    γ and λ are verl's ``algorithm.gamma`` and ``algorithm.lam``. Needs the critic (``critic.enable``)."""
+    if values is None:
+        raise ValueError("algorithm.adv_estimator=skl_gae needs the critic's values: set critic.enable=True")
+    mask = response_mask.bool()
+    positions = torch.arange(mask.shape[1]).expand_as(mask)
+    last = torch.where(mask, positions, torch.zeros_like(positions)).max(dim=1).values
+    rewards = token_level_rewards.clone()
+    rewards[torch.arange(mask.shape[0]), last] -= step_penalties(sample_fields, mask.shape[0]).to(rewards.dtype)
+    return core_algos.compute_gae_advantage_return(
+        token_level_rewards=rewards, values=values, response_mask=response_mask,
+        gamma=float(algorithm.get("gamma", 1.0)), lam=float(algorithm.get("lam", 1.0)),
+    )
+
+
 def compute_advantage(data: DataProto, algorithm_config: Any) -> DataProto:
     """Fill ``advantages``/``returns`` in ``data`` with the configured estimator.
 
@@ -142,7 +175,7 @@ def compute_advantage(data: DataProto, algorithm_config: Any) -> DataProto:
         return verl_compute_advantage(data, adv_estimator=name, norm_adv_by_std_in_grpo=norm_by_std, config=algorithm_config)
     live = data.batch["response_mask"].bool().any(dim=1)
     rows = data if bool(live.all()) else data.select_idxs(live.numpy())
-    optional = {"old_log_probs": "old_log_probs", "ref_log_probs": "ref_log_prob"}
+    optional = {"old_log_probs": "old_log_probs", "ref_log_probs": "ref_log_prob", "values": "values"}
     advantages, returns = fn(
         token_level_rewards=rows.batch["token_level_rewards"],
         response_mask=rows.batch["response_mask"],

@@ -50,6 +50,21 @@ def group_relative_advantages(
     return torch.where(counts[groups] > 1, advantages, torch.zeros_like(advantages))
 
 
+def leave_one_out_advantages(returns: torch.Tensor, groups: torch.Tensor) -> torch.Tensor:
+    """RLOO (Ahmadian et al., 2024): A_i = R_i - mean_{j != i in g} R_j = n_g/(n_g - 1) * (R_i - mean_g).
+
+    Each sample's baseline is the mean of the other samples of its group; a single-sample group has
+    no other sample, so its advantage is 0."""
+    if returns.shape != groups.shape or returns.dim() != 1:
+        raise ValueError(f"returns {tuple(returns.shape)} and groups {tuple(groups.shape)} must be equal 1-D shapes")
+    returns = returns.to(torch.float64)
+    num_groups = int(groups.max()) + 1 if groups.numel() else 0
+    counts = torch.bincount(groups, minlength=num_groups).to(torch.float64)[groups]
+    sums = torch.zeros(num_groups, dtype=torch.float64).index_add_(0, groups, returns)[groups]
+    others = (sums - returns) / (counts - 1).clamp(min=1)
+    return torch.where(counts > 1, returns - others, torch.zeros_like(returns))
+
+
 def first_rows(units: torch.Tensor) -> torch.Tensor:
     """For dense unit ids (e.g. ``group_codes(trial, position, phase)``), the first row of every unit.
 

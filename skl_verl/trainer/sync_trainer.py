@@ -47,7 +47,7 @@ def register_sync_trainer() -> None:
                 data = batch_to_dataproto(tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields))
                 metrics.update(episode_metrics(data.select_idxs(real).non_tensor_batch))
                 return batch
-            fields = ["uid", "response_mask", "rm_scores", "rollout_log_probs", "old_log_probs", "ref_log_prob", "extra_fields"]
+            fields = ["uid", "response_mask", "rm_scores", "rollout_log_probs", "old_log_probs", "ref_log_prob", "values", "extra_fields"]
             data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
             stored_mask = data["response_mask"]  # TransferQueue's (nested) layout, which write-back must follow
             data = batch_to_dataproto(data)

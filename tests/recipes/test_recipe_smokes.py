@@ -119,6 +119,21 @@ def test_gigpo_alfworld(tmp_path, tiny_model_dir, alfworld_data):
     assert "algorithm.adv_estimator=gigpo" in run.output or "adv_estimator: gigpo" in run.output or "'adv_estimator': 'gigpo'" in run.output
 
 
+def test_rloo_alfworld(tmp_path, tiny_model_dir, alfworld_data):
+    run = run_recipe(tmp_path, tiny_model_dir, "rloo_alfworld", script="skillrise/run_alfworld.sh", env=alfworld_data)
+    check_run(run)
+    check_step_samples(run)
+    assert "'adv_estimator': 'skl_rloo'" in run.output or "adv_estimator: skl_rloo" in run.output
+
+
+def test_ppo_alfworld(tmp_path, tiny_model_dir, alfworld_data):
+    run = run_recipe(tmp_path, tiny_model_dir, "ppo_alfworld", script="skillrise/run_alfworld.sh", env=alfworld_data)
+    check_run(run)
+    check_step_samples(run)
+    keys = run.all_keys()
+    assert {"critic/vf_loss", "critic/vpred_mean"} <= keys, sorted(k for k in keys if k.startswith("critic"))
+
+
 # ----------------------------------------------------------------------------- WebShop (stand-in server)
 
 

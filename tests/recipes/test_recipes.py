@@ -79,6 +79,18 @@ def test_gigpo_baseline_composes_with_verl_agent_settings():
         load("gigpo_alfworld", ["algorithm.gigpo.gamma=1.5"])
 
 
+def test_rloo_and_ppo_baselines_compose_on_the_same_plays():
+    rloo = load("rloo_alfworld")
+    assert rloo.algorithm.adv_estimator == "skl_rloo" and plays_per_update(rloo) == 384
+    assert rloo.actor_rollout_ref.rollout.agent.default_agent_loop == "step_alfworld"
+    ppo = load("ppo_alfworld")
+    assert ppo.algorithm.adv_estimator == "skl_gae" and plays_per_update(ppo) == 384
+    assert ppo.critic.enable and ppo.critic.model.path == ppo.actor_rollout_ref.model.path
+    assert (ppo.algorithm.gamma, ppo.algorithm.lam) == (1.0, 1.0)
+    with pytest.raises(ConfigError, match="skl_gae .* needs the critic"):
+        load("ppo_alfworld", ["critic.enable=false"])
+
+
 @pytest.mark.parametrize(
     "override,message",
     [
