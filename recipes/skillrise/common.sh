@@ -13,3 +13,12 @@ build_sequences() {
     "$PYTHON" -m skl_verl.skillrise.build_dataset --env "$ENV_NAME" --env-kwargs "$2" --k "$K" --seed "$SEED" --out "$out"
   fi
 }
+
+# build_attempts NAME ENV_KWARGS_JSON -> $DATA_DIR/NAME.parquet (each task attempted K times in a row: LaMer)
+build_attempts() {
+  check_resources
+  local out="$DATA_DIR/$1.parquet"
+  if [ "$DRY_RUN" = false ] && [ ! -f "$out" ]; then
+    "$PYTHON" -m skl_verl.skillrise.build_dataset --env "$ENV_NAME" --env-kwargs "$2" --attempts "$K" --out "$out"
+  fi
+}

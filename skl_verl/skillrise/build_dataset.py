@@ -48,17 +48,22 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--env-kwargs", default="{}", help="JSON kwargs for envs.make_env")
     parser.add_argument("--k", type=int, default=3, help="tasks per sequence (paper: 3)")
     parser.add_argument("--retry", type=int, default=0, help="Pass@k data: repeat each task this many times")
+    parser.add_argument("--attempts", type=int, default=0,
+                        help="LaMer-style training data: each task attempted this many times in a row, every attempt played")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max-sequences", type=int, default=None)
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
+    if args.retry and args.attempts:
+        parser.error("--retry (evaluation, stops at the first success) and --attempts (training) exclude each other")
     env_kwargs = json.loads(args.env_kwargs)
     env = make_env(args.env, **env_kwargs)
     try:
         tasks = env.tasks()
     finally:
         env.close()
-    sequences = retry_sequences(tasks, args.retry) if args.retry else build_sequences(tasks, args.k, seed=args.seed)
+    repeats = args.retry or args.attempts
+    sequences = retry_sequences(tasks, repeats) if repeats else build_sequences(tasks, args.k, seed=args.seed)
     sequences = sequences[: args.max_sequences]
     if not sequences:
         raise SystemExit(f"no sequence of {args.k} tasks could be formed from {len(tasks)} tasks of {args.env}")

@@ -9,6 +9,8 @@ from skl_verl.trainer import sample_fields as sf
 from skl_verl.trainer.estimators import outcome_scores, register_estimator, step_penalties, to_tokens, trial_units
 from skl_verl.trainer.group_advantage import Normalisation, group_codes, group_relative_advantages
 
+SOLVE_RETURNS = ("task", "discounted")
+
 
 def skillrise_returns(
     scores: torch.Tensor,
@@ -16,10 +18,14 @@ def skillrise_returns(
     position: torch.Tensor,
     is_curate: torch.Tensor,
     gamma: float,
+    solve_return: str = "task",
 ) -> torch.Tensor:
     """Eq. 6: a solve sample at position k returns its own r_k; a curate sample at k returns
     sum_{j>k} gamma^(j-k) r_j over the solve rewards of the *same trial*, plus its own score
     (0, or the penalty for an unparseable document).
+
+    ``solve_return="discounted"`` is LaMer's cross-episode return for the solve samples instead:
+    r_k + sum_{j>k} gamma^(j-k) r_j (an attempt is also credited with what later attempts gained).
 
     Args:
         scores: (B,) each sample's own scalar score.
@@ -27,10 +33,13 @@ def skillrise_returns(
         position: (B,) int task index k within the sequence, 0-based.
         is_curate: (B,) bool, True for curate samples.
         gamma: cross-task discount (paper 0.6).
+        solve_return: "task" (SkillRise) or "discounted" (LaMer).
     A position with no solve sample in a trial (e.g. a failed env) contributes r_j = 0.
     """
     if not 0.0 <= gamma <= 1.0:
         raise ValueError(f"gamma must be in [0, 1], got {gamma}")
+    if solve_return not in SOLVE_RETURNS:
+        raise ValueError(f"solve_return must be one of {SOLVE_RETURNS}, got {solve_return!r}")
     scores = scores.to(torch.float64)
     if scores.numel() == 0:
         return scores
@@ -42,7 +51,9 @@ def skillrise_returns(
     ahead = steps[:, None] - steps[None, :]  # ahead[j, k] = j - k
     discount = torch.where(ahead > 0, gamma ** ahead.clamp(min=0).to(torch.float64), torch.zeros((), dtype=torch.float64))
     future = solve_rewards @ discount  # future[t, k] = sum_{j>k} gamma^(j-k) r_{t,j}
-    return torch.where(is_curate, scores + future[trial, position], scores)
+    ahead_of_sample = future[trial, position]
+    solve_returns = scores + ahead_of_sample if solve_return == "discounted" else scores
+    return torch.where(is_curate, scores + ahead_of_sample, solve_returns)
 
 
 def skillrise_advantages(
@@ -55,6 +66,7 @@ def skillrise_advantages(
     norm: Normalisation = "std",
     curate_weight: float = 1.0,
     eps: float = 1e-6,
+    solve_return: str = "task",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Eq. 7: group-relative advantages over the N trials sharing (sequence, position, phase).
 
@@ -62,7 +74,7 @@ def skillrise_advantages(
     never baseline each other. ``curate_weight`` scales curate advantages (a loss weight on the
     curate phase; 1.0 is the paper). Returns (advantages, returns), each (B,).
     """
-    returns = skillrise_returns(scores, trial, position, is_curate, gamma)
+    returns = skillrise_returns(scores, trial, position, is_curate, gamma, solve_return)
     advantages = group_relative_advantages(returns, group, norm=norm, eps=eps)
     advantages = torch.where(is_curate, advantages * curate_weight, advantages)
     return advantages, returns
@@ -72,7 +84,8 @@ def skillrise_advantages(
 def skillrise_estimator(token_level_rewards, response_mask, sample_fields, options, **_):
     """SkillRise Eqs. 6–7 on one score per trial phase (episode or step samples alike); in step mode
     every step sample gets its trial phase's advantage minus its own format penalty. Options under
-    ``algorithm.skillrise``: gamma (0.6), norm ('std'|'mean'), curate_weight (1.0), eps (1e-6)."""
+    ``algorithm.skillrise``: gamma (0.6), norm ('std'|'mean'), curate_weight (1.0), eps (1e-6),
+    solve_return ('task'; 'discounted' for the LaMer baseline)."""
     phase = np.asarray(sample_fields[sf.PHASE]).astype(str)
     bad = sorted(set(phase) - {"solve", "curate"})
     if bad:
@@ -90,6 +103,7 @@ def skillrise_estimator(token_level_rewards, response_mask, sample_fields, optio
         norm=options["norm"],
         curate_weight=float(options["curate_weight"]),
         eps=float(options["eps"]),
+        solve_return=options["solve_return"],
     )
     advantages = unit_advantages[units] - step_penalties(sample_fields, len(units))
     return to_tokens(advantages, unit_returns[units], response_mask)

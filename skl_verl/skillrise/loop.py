@@ -59,9 +59,15 @@ class SkillRiseAgentLoop(EnvAgentLoop):
         max_document_words: int = 300,
         curate_penalty: float = 0.1,
         history_window: int = 50,
+        carried_text: str = "skill_document",
         **kwargs: Any,
     ):
-        kwargs.setdefault("system_prompt", prompts.SOLVE_SYSTEM)
+        if carried_text not in prompts.CARRIED_TEXTS:
+            raise ValueError(f"carried_text must be one of {sorted(prompts.CARRIED_TEXTS)}, got {carried_text!r}")
+        solve_system, self.empty_document, self.preamble, self.curate_system, self.curate_user, tag = (
+            prompts.CARRIED_TEXTS[carried_text]
+        )
+        kwargs.setdefault("system_prompt", solve_system)
         super().__init__(*args, **kwargs)
         if max_document_words <= 0 or history_window < 0 or curate_penalty < 0:
             raise ValueError("max_document_words must be > 0, history_window >= 0, curate_penalty >= 0")
@@ -69,13 +75,13 @@ class SkillRiseAgentLoop(EnvAgentLoop):
         self.max_document_words = max_document_words
         self.curate_penalty = curate_penalty
         self.history_window = history_window
-        self.document_parser = TagActionParser(tags=("skill",), max_action_chars=max_document_words * 20)
+        self.document_parser = TagActionParser(tags=(tag,), max_action_chars=max_document_words * 20)
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> list[AgentLoopOutput]:
         self.trainer_step = int(kwargs.get("global_steps") or 0)
         env_name, env_kwargs, sequence_id, task_ids, stop_after_success = parse_sequence_spec(kwargs.get("extra_info"))
         trial_id = _trajectory_id(kwargs)
-        document = prompts.EMPTY_DOCUMENT
+        document = self.empty_document
         outputs: list[AgentLoopOutput] = []
         won: list[float] = []
         with ENV_POOL.lease(env_name, env_kwargs) as env:
@@ -87,7 +93,7 @@ class SkillRiseAgentLoop(EnvAgentLoop):
                     self.system_prompt,
                     seed=stable_seed(f"{trial_id}:{position}"),
                     request_id=f"{trial_id}:solve{position}",
-                    preamble=prompts.solve_preamble(document),
+                    preamble=self.preamble(document),
                 )
                 fields = self._fields(trial_id, sequence_id, position, "solve", task_id)
                 fields["skl_document_words"] = prompts.document_words(document)
@@ -122,11 +128,11 @@ class SkillRiseAgentLoop(EnvAgentLoop):
     def _curate_messages(self, document: str, episode: EpisodeResult, window: int) -> list[dict[str, str]]:
         steps, shown = prompts.render_steps(episode.actions, window)
         outcome = f"failed: {episode.failed}" if episode.failed else ("success" if episode.won else "failure")
-        user = prompts.CURATE_USER.format(
+        user = self.curate_user.format(
             document=document, task=episode.task_text, outcome=outcome, shown=shown,
             total=len(episode.actions), steps=steps,
         )
-        system = prompts.CURATE_SYSTEM.format(max_words=self.max_document_words)
+        system = self.curate_system.format(max_words=self.max_document_words)
         return [{"role": "system", "content": system}, {"role": "user", "content": neutralise_special_tokens(user, self.tokenizer)}]
 
     def _prompt_length(self, messages: list[dict[str, str]]) -> int:

@@ -30,7 +30,7 @@ Write the revised skill document inside <skill>...</skill>."""
 
 
 def document_words(document: str) -> int:
-    return 0 if document == EMPTY_DOCUMENT else len(document.split())
+    return 0 if document in (EMPTY_DOCUMENT, EMPTY_REFLECTION) else len(document.split())
 
 
 def solve_preamble(document: str) -> str:
@@ -50,3 +50,43 @@ def render_steps(actions: list[tuple[str, str]], window: int, max_chars_per_resu
             result = result[:max_chars_per_result] + " ..."
         lines.append(f"{i}. {action} -> {result or '(episode ended)'}")
     return "\n".join(lines) or "(no steps)", len(shown)
+
+
+# LaMer-style baseline: the same task attempted again, with a reflection on the earlier attempts
+# carried between attempts instead of a cross-task skill document.
+EMPTY_REFLECTION = "(No earlier attempt at this task yet.)"
+
+REFLECT_SOLVE_SYSTEM = (
+    "You are an agent solving a task in a text environment. You may be given a reflection written "
+    "after your earlier attempts at this same task; use it to do better this time. Each turn, think "
+    "briefly, then reply with exactly one action inside <action>...</action>, copied from the "
+    "admissible actions."
+)
+
+REFLECT_SYSTEM = (
+    "You will attempt the same task again. Write a reflection for your next attempt: what happened, "
+    "what went wrong or right, and a concrete plan for the next attempt. Keep what still holds from "
+    "your previous reflection. You may first reason; then give the full reflection inside "
+    "<reflection>...</reflection>, at most {max_words} words. Only the last <reflection> block counts."
+)
+
+REFLECT_USER = """Previous reflection:
+{document}
+
+Task: {task}
+Outcome of this attempt: {outcome}
+Last {shown} of {total} steps of the attempt (action -> what the environment returned):
+{steps}
+
+Write the reflection for your next attempt inside <reflection>...</reflection>."""
+
+
+def reflection_preamble(reflection: str) -> str:
+    return f"Reflection on your earlier attempts at this task:\n{reflection}\n\nTask:\n"
+
+
+CARRIED_TEXTS = {
+    # carried_text -> (solve system prompt, empty text, preamble, curator system, curator user, tag)
+    "skill_document": (SOLVE_SYSTEM, EMPTY_DOCUMENT, solve_preamble, CURATE_SYSTEM, CURATE_USER, "skill"),
+    "reflection": (REFLECT_SOLVE_SYSTEM, EMPTY_REFLECTION, reflection_preamble, REFLECT_SYSTEM, REFLECT_USER, "reflection"),
+}

@@ -89,7 +89,13 @@ _NORM = Option(str, "std", choices=("std", "mean"))
 _EPS = Option(float, 1e-6, low=0)
 
 ESTIMATOR_OPTIONS: dict[str, dict[str, Option]] = {
-    "skillrise": {"gamma": _fraction(0.6), "norm": _NORM, "curate_weight": _weight(1.0), "eps": _EPS},
+    "skillrise": {
+        "gamma": _fraction(0.6),
+        "norm": _NORM,
+        "curate_weight": _weight(1.0),
+        "eps": _EPS,
+        "solve_return": Option(str, "task", choices=("task", "discounted")),
+    },
     "skl_sd": {
         "objective": Option(str, "policy_gradient", choices=("policy_gradient", "weighted_nll")),
         "lambda_distill": _weight(1.0),
@@ -128,6 +134,7 @@ LOOP_OPTIONS: dict[str, Option] = {
     "sample_granularity": Option(str, "episode", choices=("episode", "step")),
     "step_history": _count(4, low=0),
     "curate": Option(bool, True),
+    "carried_text": Option(str, "skill_document", choices=("skill_document", "reflection")),
     "max_document_words": _count(300),
     "curate_penalty": _weight(0.1),
     "history_window": _count(50, low=0),

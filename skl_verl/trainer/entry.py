@@ -66,6 +66,13 @@ CPU_SETTINGS = {
     "critic.fsdp.dtype": "float32",
 }
 
+ESTIMATOR_LOOPS = {
+    "skillrise": "skl_verl.skillrise.loop.SkillRiseAgentLoop",
+    "skl_sd": "skl_verl.skl.sd_loop.SklSdAgentLoop",
+    "skl_rl": "skl_verl.skl.rl_loop.SklRlAgentLoop",
+}
+"""Estimators that read the fields only one agent loop (or a subclass) writes."""
+
 PROPAGATED_ENV_VARS = ("ALFWORLD_DATA", "WEBSHOP_URL", "WEBSHOP_GOALS_FILE", "STOCKFISH_PATH", "VERL_FILE_LOGGER_PATH",
                        "TENSORBOARD_DIR")
 """Environment variables of the launching shell that Ray's processes (envs, loggers) must see too."""
@@ -130,12 +137,18 @@ def prepare_config(config: DictConfig) -> DictConfig:
                       ("skl.val_agent_loop", config.get("skl", {}).get("val_agent_loop") or default_loop)):
         if loop not in loops:
             raise ConfigError(f"{key}={loop!r} is not in {rollout.agent.agent_loop_config_path} (known: {sorted(loops)})")
-    required_loop = {"skillrise": "skillrise", "skl_sd": "skl_sd", "skl_rl": "skl_rl"}.get(estimator)
-    if required_loop and not str(default_loop).startswith(required_loop):
-        raise ConfigError(
-            f"algorithm.adv_estimator={estimator} needs a {required_loop} agent loop "
-            f"(actor_rollout_ref.rollout.agent.default_agent_loop), got {default_loop!r}"
-        )
+    required_loop = ESTIMATOR_LOOPS.get(estimator)
+    if required_loop:
+        target = entries[default_loop].get("_target_", "")
+        try:
+            plays_it = issubclass(hydra.utils.get_class(target), hydra.utils.get_class(required_loop))
+        except Exception:  # noqa: BLE001 - an unimportable _target_ is not the loop either
+            plays_it = False
+        if not plays_it:
+            raise ConfigError(
+                f"algorithm.adv_estimator={estimator} needs a {estimator} agent loop ({required_loop}) as "
+                f"actor_rollout_ref.rollout.agent.default_agent_loop; {default_loop!r} is {target or 'not one'}"
+            )
     granularity = entries[default_loop].get("sample_granularity", "episode")
     if granularity == "step" and not needs_fields:
         raise ConfigError(

@@ -134,6 +134,14 @@ def test_ppo_alfworld(tmp_path, tiny_model_dir, alfworld_data):
     assert {"critic/vf_loss", "critic/vpred_mean"} <= keys, sorted(k for k in keys if k.startswith("critic"))
 
 
+def test_lamer_alfworld(tmp_path, tiny_model_dir, alfworld_data):
+    run = run_recipe(tmp_path, tiny_model_dir, "lamer_alfworld", script="skillrise/run_alfworld.sh", env=alfworld_data)
+    check_run(run)
+    check_step_samples(run)
+    keys = run.all_keys()
+    assert "env/solve_success_rate@2" in keys, skillrise_metrics(run)  # three attempts of each task
+
+
 # ----------------------------------------------------------------------------- WebShop (stand-in server)
 
 

@@ -22,7 +22,7 @@ def load(config_name, overrides=(), recipe=SKILLRISE):
 
 
 def plays_per_update(config, k=3):
-    per_prompt = k if config.actor_rollout_ref.rollout.agent.default_agent_loop.startswith("skillrise") else 1
+    per_prompt = k if config.actor_rollout_ref.rollout.agent.default_agent_loop.startswith(("skillrise", "lamer")) else 1
     return config.data.train_batch_size * config.actor_rollout_ref.rollout.n * per_prompt
 
 
@@ -77,6 +77,17 @@ def test_gigpo_baseline_composes_with_verl_agent_settings():
         load("gigpo_alfworld", ["actor_rollout_ref.rollout.agent.default_agent_loop=skl_env"])
     with pytest.raises(ValueError, match="algorithm.gigpo.gamma"):
         load("gigpo_alfworld", ["algorithm.gigpo.gamma=1.5"])
+
+
+def test_lamer_baseline_attempts_one_task_with_a_reflection():
+    lamer = load("lamer_alfworld")
+    assert plays_per_update(lamer) == 384  # 16 tasks x 8 trials x 3 attempts
+    assert lamer.algorithm.adv_estimator == "skillrise"
+    assert (lamer.algorithm.skillrise.gamma, lamer.algorithm.skillrise.solve_return) == (0.6, "discounted")
+    loop = agent_loop_entry("lamer_alfworld")
+    assert loop.carried_text == "reflection" and loop.sample_granularity == "step"
+    with pytest.raises(ValueError, match="algorithm.skillrise.solve_return"):
+        load("lamer_alfworld", ["algorithm.skillrise.solve_return=episode"])
 
 
 def test_rloo_and_ppo_baselines_compose_on_the_same_plays():

@@ -113,3 +113,60 @@ def test_only_the_document_crosses_tasks(played):
     assert "After curate0: move right" in second and EMPTY_DOCUMENT not in second
     assert "HSG" not in second, "task 1's board leaked into task 2's prompt"
     assert EMPTY_DOCUMENT in malformed_then, "a malformed curation must keep the previous document"
+
+
+class ReflectingPolicy(PlannedPolicy):
+    """PlannedPolicy for the LaMer-style loop: reflections in <reflection> tags."""
+
+    async def generate(self, request_id, *, prompt_ids, sampling_params, **kwargs):
+        trial, phase = request_id.rsplit(":", 1)
+        if phase.startswith("curate"):
+            self.prompts[request_id] = self.tokenizer.decode(prompt_ids)
+            text = f"<reflection>After {phase}: go right, never left.</reflection>"
+            ids = self.tokenizer(text, add_special_tokens=False)["input_ids"] + [self.tokenizer.eos_token_id]
+            return TokenOutput(token_ids=ids, log_probs=[-1.0] * len(ids))
+        return await super().generate(request_id, prompt_ids=prompt_ids, sampling_params=sampling_params, **kwargs)
+
+
+def test_lamer_attempts_the_same_task_with_a_reflection_and_credits_later_attempts(tmp_path, tiny_model_dir):
+    from omegaconf import OmegaConf
+
+    from skl_verl.skillrise.sequences import retry_sequences
+    from skl_verl.trainer.registration import AGENT_LOOP_CONFIG
+
+    env = make_env("frozenlake", **ENV_KWARGS)
+    (task,) = [t for t in env.tasks()][:1]
+    rows = sequence_rows("frozenlake", ENV_KWARGS, retry_sequences([task], 3))
+    train = write_parquet(rows, tmp_path / "attempts.parquet")
+    loops = OmegaConf.load(AGENT_LOOP_CONFIG)
+    (lamer,) = [entry for entry in loops if entry.name == "lamer_alfworld"]
+    lamer.sample_granularity, lamer.reward_fn = "episode", "env_return"  # FrozenLake: one sample per attempt, reward 1
+    OmegaConf.save(loops, tmp_path / "loops.yaml")
+    config = compose_config([
+        f"actor_rollout_ref.model.path={tiny_model_dir}", f"data.train_files={train}", f"data.val_files={train}",
+        "data.train_batch_size=1", "data.max_prompt_length=1024", "data.max_response_length=256",
+        "actor_rollout_ref.rollout.n=4", "actor_rollout_ref.actor.ppo_mini_batch_size=1",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4",
+        f"actor_rollout_ref.rollout.agent.agent_loop_config_path={tmp_path / 'loops.yaml'}",
+        "actor_rollout_ref.rollout.agent.default_agent_loop=lamer_alfworld", "algorithm.adv_estimator=skillrise",
+        f"+algorithm.skillrise.gamma={GAMMA}", "+algorithm.skillrise.solve_return=discounted",
+    ])
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    policy = ReflectingPolicy(tokenizer)
+    rollout = AgentRollout(config, policy, tokenizer, train)
+    data = rollout.rollout(next(rollout.batches(1)), step=1, n=4)
+    advantage_step(data, config)
+
+    fields = data.non_tensor_batch
+    assert set(fields["skl_task_id"]) == {task.task_id}  # every attempt plays the same task
+    second = next(p for r, p in policy.prompts.items() if r.endswith("_0:solve1"))
+    assert "Reflection on your earlier attempts at this task" in second and "After curate0: go right" in second
+    returns = data.batch["returns"].sum(-1) / data.batch["response_mask"].sum(-1)
+    for i in range(len(data)):
+        session = int(fields["skl_trajectory_id"][i].rsplit("_", 1)[1])
+        k, phase = int(fields["skl_position"][i]), fields["skl_phase"][i]
+        rewards = PLAN[session]
+        later = sum(GAMMA ** (j - k) * rewards[j] for j in range(k + 1, 3))
+        expected = rewards[k] + later if phase == "solve" else later
+        assert returns[i].item() == pytest.approx(expected, abs=1e-5), (session, k, phase)

@@ -98,7 +98,7 @@ def test_good_recipes_pass_every_check(tmp_path):
 
 def test_estimators_read_their_options_through_the_same_checks():
     assert config_checks.estimator_options({"skillrise": {"gamma": 0.8}}, "skillrise") == {
-        "gamma": 0.8, "norm": "std", "curate_weight": 1.0, "eps": 1e-6}
+        "gamma": 0.8, "norm": "std", "curate_weight": 1.0, "eps": 1e-6, "solve_return": "task"}
     with pytest.raises(ConfigError, match="algorithm.skl_sd.lambda_reflect is -0.5"):
         config_checks.estimator_options({"skl_sd": {"lambda_reflect": -0.5}}, "skl_sd")
 
