@@ -119,14 +119,26 @@ def table1(env: str, ours_overall: float, ours_by_family: dict[str, float], labe
     return "Table 1 (Pass@1 %; paper rows are Qwen3-4B)\n" + format_table(list(columns), rows)
 
 
-def default_agent_loop(env: str) -> str:
-    """The loop the recipe trains on ``env`` (``skillrise_<env>``), else the generic ``skillrise``."""
+METHOD_LOOPS = {"SkillRise": "skillrise", "LaMer": "lamer", "GRPO": "attempts", "GiGPO": "attempts",
+                "RLOO": "attempts", "PPO": "attempts"}
+"""How each method of Tables 1-2 plays a held-out task: SkillRise carries its skill document, LaMer its
+reflection, and the task-independent baselines retry with their training prompt and nothing carried."""
+
+
+def default_agent_loop(env: str, method: str = "SkillRise") -> str:
+    """The loop ``method`` is evaluated with on ``env`` (``<kind>_<env>``); SkillRise falls back to the
+    generic ``skillrise`` loop for envs without a recipe loop."""
     from omegaconf import OmegaConf
 
     from skl_verl.trainer.registration import AGENT_LOOP_CONFIG
 
     names = {entry.name for entry in OmegaConf.load(AGENT_LOOP_CONFIG)}
-    return f"skillrise_{env}" if f"skillrise_{env}" in names else "skillrise"
+    kind = METHOD_LOOPS[method]
+    if f"{kind}_{env}" in names:
+        return f"{kind}_{env}"
+    if method == "SkillRise":
+        return "skillrise"
+    raise ValueError(f"no {kind}_{env} agent loop to evaluate {method} on {env}; pass --agent-loop")
 
 
 def _make_client(args, tokenizer):
@@ -237,7 +249,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--max-response-length", type=_at_least(1), default=1024)
     parser.add_argument("--batch-size", type=_at_least(1), default=8)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--label", default="ours")
+    parser.add_argument("--method", choices=sorted(METHOD_LOOPS), default="SkillRise",
+                        help="what the checkpoint was trained as: picks the evaluation loop and names the row")
+    parser.add_argument("--label", help="the row's name (default: '<method> (ours)')")
     parser.add_argument("--out", help="write all numbers as JSON here (rewritten after each stage)")
     parser.add_argument("overrides", nargs="*", help="hydra overrides on verl's ppo_trainer config")
     args = parser.parse_args(argv)
@@ -245,7 +259,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         parser.error("--endpoint needs --served-model and --tokenizer")
     if args.temperature < 0:
         parser.error(f"argument --temperature: {args.temperature} is below 0")
-    args.agent_loop = args.agent_loop or default_agent_loop(args.env)
+    if not args.agent_loop:
+        try:
+            args.agent_loop = default_agent_loop(args.env, args.method)
+        except ValueError as exc:
+            parser.error(str(exc))
+    args.label = args.label or f"{args.method} (ours)"
     results: dict[str, Any] = {"env": args.env, "trials": args.trials, "complete": False}
     if args.out:
         try:

@@ -64,6 +64,8 @@ class SkillRiseAgentLoop(EnvAgentLoop):
     ):
         if carried_text not in prompts.CARRIED_TEXTS:
             raise ValueError(f"carried_text must be one of {sorted(prompts.CARRIED_TEXTS)}, got {carried_text!r}")
+        if carried_text == "none" and curate:
+            raise ValueError("carried_text: none carries nothing between tasks; set curate: false")
         solve_system, self.empty_document, self.preamble, self.curate_system, self.curate_user, tag = (
             prompts.CARRIED_TEXTS[carried_text]
         )

@@ -1,5 +1,7 @@
 """Role-specific instructions for SkillRise's two phases (the paper's templates are images; these are ours)."""
 
+from skl_verl.rollout.env_loop import DEFAULT_SYSTEM_PROMPT
+
 EMPTY_DOCUMENT = "(The skill document is currently empty. No skills have been distilled yet.)"
 
 SOLVE_SYSTEM = (
@@ -85,8 +87,15 @@ def reflection_preamble(reflection: str) -> str:
     return f"Reflection on your earlier attempts at this task:\n{reflection}\n\nTask:\n"
 
 
+def no_preamble(_: str) -> str:
+    return ""
+
+
 CARRIED_TEXTS = {
     # carried_text -> (solve system prompt, empty text, preamble, curator system, curator user, tag)
     "skill_document": (SOLVE_SYSTEM, EMPTY_DOCUMENT, solve_preamble, CURATE_SYSTEM, CURATE_USER, "skill"),
     "reflection": (REFLECT_SOLVE_SYSTEM, EMPTY_REFLECTION, reflection_preamble, REFLECT_SYSTEM, REFLECT_USER, "reflection"),
+    # Independent attempts (task-independent baselines evaluated at Pass@k): the step loop's own prompt,
+    # nothing carried; needs curate: false.
+    "none": (DEFAULT_SYSTEM_PROMPT, "", no_preamble, "", "", "skill"),
 }

@@ -134,7 +134,7 @@ LOOP_OPTIONS: dict[str, Option] = {
     "sample_granularity": Option(str, "episode", choices=("episode", "step")),
     "step_history": _count(4, low=0),
     "curate": Option(bool, True),
-    "carried_text": Option(str, "skill_document", choices=("skill_document", "reflection")),
+    "carried_text": Option(str, "skill_document", choices=("skill_document", "reflection", "none")),
     "max_document_words": _count(300),
     "curate_penalty": _weight(0.1),
     "history_window": _count(50, low=0),

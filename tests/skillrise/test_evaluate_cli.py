@@ -30,6 +30,7 @@ FROZENLAKE = ["--env", "frozenlake", "--env-kwargs", json.dumps({"size": 4, "num
         (["--scaling-k", "1,0"], "argument --scaling-k: '1,0': 0 is below 1"),
         (["--env-kwargs", "{split: test}"], "argument --env-kwargs: not JSON"),
         (["--temperature", "-0.5"], "argument --temperature: -0.5 is below 0"),
+        (["--method", "LaMer"], "no lamer_frozenlake agent loop to evaluate LaMer on frozenlake; pass --agent-loop"),
     ],
 )
 def test_bad_arguments_stop_before_anything_loads(args, message, capsys):
@@ -141,3 +142,10 @@ def test_a_dead_endpoint_is_one_line_on_stderr(tiny_model_dir, tmp_path):
     assert result.returncode == 1
     assert len(lines) == 1 and lines[0].startswith(f"error: cannot reach {dead}/completions"), result.stderr[-2000:]
     assert "after 3 attempts" in lines[0]
+
+
+def test_each_method_is_evaluated_with_the_loop_it_was_trained_for():
+    assert evaluate.default_agent_loop("alfworld", "SkillRise") == "skillrise_alfworld"
+    assert evaluate.default_agent_loop("alfworld", "LaMer") == "lamer_alfworld"
+    assert {evaluate.default_agent_loop("alfworld", m) for m in ("GRPO", "GiGPO", "RLOO", "PPO")} == {"attempts_alfworld"}
+    assert evaluate.default_agent_loop("frozenlake", "SkillRise") == "skillrise"

@@ -128,34 +128,41 @@ class ReflectingPolicy(PlannedPolicy):
         return await super().generate(request_id, prompt_ids=prompt_ids, sampling_params=sampling_params, **kwargs)
 
 
-def test_lamer_attempts_the_same_task_with_a_reflection_and_credits_later_attempts(tmp_path, tiny_model_dir):
+def play_attempts(tmp_path, model_dir, loop_name, overrides=()):
+    """Four trials of three attempts at one FrozenLake task with the ``loop_name`` loop of the YAML."""
     from omegaconf import OmegaConf
 
     from skl_verl.skillrise.sequences import retry_sequences
     from skl_verl.trainer.registration import AGENT_LOOP_CONFIG
 
     env = make_env("frozenlake", **ENV_KWARGS)
-    (task,) = [t for t in env.tasks()][:1]
+    task = env.tasks()[0]
     rows = sequence_rows("frozenlake", ENV_KWARGS, retry_sequences([task], 3))
     train = write_parquet(rows, tmp_path / "attempts.parquet")
     loops = OmegaConf.load(AGENT_LOOP_CONFIG)
-    (lamer,) = [entry for entry in loops if entry.name == "lamer_alfworld"]
-    lamer.sample_granularity, lamer.reward_fn = "episode", "env_return"  # FrozenLake: one sample per attempt, reward 1
+    (entry,) = [entry for entry in loops if entry.name == loop_name]
+    entry.sample_granularity, entry.reward_fn = "episode", "env_return"  # FrozenLake: one sample per attempt, reward 1
     OmegaConf.save(loops, tmp_path / "loops.yaml")
     config = compose_config([
-        f"actor_rollout_ref.model.path={tiny_model_dir}", f"data.train_files={train}", f"data.val_files={train}",
+        f"actor_rollout_ref.model.path={model_dir}", f"data.train_files={train}", f"data.val_files={train}",
         "data.train_batch_size=1", "data.max_prompt_length=1024", "data.max_response_length=256",
         "actor_rollout_ref.rollout.n=4", "actor_rollout_ref.actor.ppo_mini_batch_size=1",
         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
         "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4",
         f"actor_rollout_ref.rollout.agent.agent_loop_config_path={tmp_path / 'loops.yaml'}",
-        "actor_rollout_ref.rollout.agent.default_agent_loop=lamer_alfworld", "algorithm.adv_estimator=skillrise",
-        f"+algorithm.skillrise.gamma={GAMMA}", "+algorithm.skillrise.solve_return=discounted",
+        f"actor_rollout_ref.rollout.agent.default_agent_loop={loop_name}", *overrides,
     ])
-    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
     policy = ReflectingPolicy(tokenizer)
     rollout = AgentRollout(config, policy, tokenizer, train)
-    data = rollout.rollout(next(rollout.batches(1)), step=1, n=4)
+    return rollout.rollout(next(rollout.batches(1)), step=1, n=4), config, policy, task
+
+
+def test_lamer_attempts_the_same_task_with_a_reflection_and_credits_later_attempts(tmp_path, tiny_model_dir):
+    data, config, policy, task = play_attempts(tmp_path, tiny_model_dir, "lamer_alfworld", [
+        "algorithm.adv_estimator=skillrise", f"+algorithm.skillrise.gamma={GAMMA}",
+        "+algorithm.skillrise.solve_return=discounted",
+    ])
     advantage_step(data, config)
 
     fields = data.non_tensor_batch
@@ -170,3 +177,13 @@ def test_lamer_attempts_the_same_task_with_a_reflection_and_credits_later_attemp
         later = sum(GAMMA ** (j - k) * rewards[j] for j in range(k + 1, 3))
         expected = rewards[k] + later if phase == "solve" else later
         assert returns[i].item() == pytest.approx(expected, abs=1e-5), (session, k, phase)
+
+
+def test_a_baselines_attempts_see_its_training_prompt_and_carry_nothing(tmp_path, tiny_model_dir):
+    from skl_verl.rollout.env_loop import DEFAULT_SYSTEM_PROMPT
+
+    data, _, policy, _ = play_attempts(tmp_path, tiny_model_dir, "attempts_alfworld")
+    assert set(data.non_tensor_batch["skl_phase"]) == {"solve"}  # no curation, no reflection
+    first = next(p for r, p in policy.prompts.items() if r.endswith("_1:solve0"))
+    second = next(p for r, p in policy.prompts.items() if r.endswith("_1:solve1"))
+    assert first == second and DEFAULT_SYSTEM_PROMPT in first and "document" not in first.lower()
