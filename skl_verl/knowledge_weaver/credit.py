@@ -1,0 +1,75 @@
+"""Knowledge Weaver's token credit and advantages, as pure vectorised functions.
+
+Eq. 6 (MI credit): how much more likely the candidate's token z_t is under its own trajectory context
+than under the other contexts of its comparison set, clipped and kept on entry-body tokens.
+Eqs. 4/7, 15, 16: group-normalised execution reward, minus beta times the return-to-go of the clipped
+per-token KL to the reference policy, plus the MI credit (added after the return-to-go, never
+accumulated), then whitened over every policy token of the batch.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from skl_verl.trainer.group_advantage import group_relative_advantages
+
+
+def mi_token_credit(
+    logprobs: torch.Tensor, own: torch.Tensor, body_mask: torch.Tensor, weight: float = 0.1, cap: float = 0.15
+) -> torch.Tensor:
+    """Eq. 6: credit[b, t] = body[b, t] * min(cap, weight * |delta[b, t]|), with
+    delta[b, t] = lp[b, own_b, t] - log mean_{l != own_b} exp(lp[b, l, t]).
+
+    Args:
+        logprobs: (B, N, T) log pi_old(z_t | x_l, z_<t) of each candidate's tokens under each of the N
+            contexts of its comparison set.
+        own: (B,) index of the candidate's own context in its set.
+        body_mask: (B, T) 1 on tokens of the entry body (inside the tags), 0 elsewhere and on padding.
+    Returns (B, T) float64 credit, >= 0.
+    """
+    if logprobs.dim() != 3 or logprobs.shape[1] < 2:
+        raise ValueError(f"logprobs must be (batch, contexts >= 2, tokens), got {tuple(logprobs.shape)}")
+    if body_mask.shape != (logprobs.shape[0], logprobs.shape[2]) or own.shape != (logprobs.shape[0],):
+        raise ValueError(f"own {tuple(own.shape)} and body_mask {tuple(body_mask.shape)} do not fit logprobs {tuple(logprobs.shape)}")
+    logprobs = logprobs.to(torch.float64)
+    batch, contexts, _ = logprobs.shape
+    is_own = torch.nn.functional.one_hot(own.long(), contexts).bool()[:, :, None]  # (B, N, 1)
+    own_lp = logprobs.gather(1, own.long().view(batch, 1, 1).expand(-1, 1, logprobs.shape[2])).squeeze(1)
+    others = logprobs.masked_fill(is_own, -math.inf)
+    others_mean = torch.logsumexp(others, dim=1) - math.log(contexts - 1)
+    delta = own_lp - others_mean
+    return body_mask.to(torch.float64) * torch.clamp(weight * delta.abs(), max=cap)
+
+
+def knowledge_weaver_advantages(
+    rewards: torch.Tensor,
+    groups: torch.Tensor,
+    behaviour_logprobs: torch.Tensor,
+    ref_logprobs: torch.Tensor,
+    token_credit: torch.Tensor,
+    response_mask: torch.Tensor,
+    beta: float = 0.01,
+    kl_clip: float = 10.0,
+    clip: float = 20.0,
+    eps: float = 1e-5,
+) -> torch.Tensor:
+    """Eqs. 4/7, 15, 16 on a batch of candidates; returns (B, T) whitened advantages (0 off the mask).
+
+    A_exec = group-normalised clip(R, +-clip) over the candidates of a group (sample std, eps; equal
+    rewards give 0). kappa_t = clip(l_beh - l_ref, +-kl_clip) on policy tokens. A_t = A_exec +
+    clip(credit_t, +-clip) - beta * sum_{s >= t} kappa_s, then (A - mean_V) / (std_V + eps) over all
+    policy tokens V of the batch (sample std).
+    """
+    mask = response_mask.to(torch.float64)
+    exec_advantage = group_relative_advantages(rewards.to(torch.float64).clamp(-clip, clip), groups, norm="std", eps=eps)
+    kappa = (behaviour_logprobs.to(torch.float64) - ref_logprobs.to(torch.float64)).clamp(-kl_clip, kl_clip) * mask
+    kl_to_go = kappa.flip(-1).cumsum(-1).flip(-1)
+    advantages = (exec_advantage[:, None] + token_credit.to(torch.float64).clamp(-clip, clip) - beta * kl_to_go) * mask
+    on_policy_tokens = mask.bool()
+    values = advantages[on_policy_tokens]
+    if values.numel() < 2:
+        return torch.zeros_like(advantages)
+    whitened = (advantages - values.mean()) / (values.std(unbiased=True) + eps)
+    return whitened * mask

@@ -1,0 +1,50 @@
+"""Knowledge Weaver's Eq. 6 MI credit and Eqs. 4/7, 15, 16 advantages against hand computations."""
+
+import math
+
+import pytest
+import torch
+
+from skl_verl.knowledge_weaver.credit import knowledge_weaver_advantages, mi_token_credit
+
+
+def test_mi_credit_by_hand():
+    # One candidate, three contexts, two tokens; its own context is 0.
+    lp = torch.tensor([[[-0.5, -1.0], [-2.0, -1.0], [-3.0, -0.2]]])
+    credit = mi_token_credit(lp, torch.tensor([0]), torch.tensor([[1, 1]]), weight=0.1, cap=0.15)
+    delta0 = -0.5 - math.log((math.exp(-2.0) + math.exp(-3.0)) / 2)  # 2.12: more likely in its own context
+    delta1 = -1.0 - math.log((math.exp(-1.0) + math.exp(-0.2)) / 2)  # negative: |delta| counts
+    assert credit[0].tolist() == pytest.approx([min(0.15, 0.1 * abs(delta0)), min(0.15, 0.1 * abs(delta1))])
+    assert credit[0, 0] == 0.15 and credit[0, 1] < 0.15
+
+
+def test_mi_credit_only_on_body_tokens_and_zero_when_contexts_agree():
+    lp = torch.full((2, 4, 3), -1.0)
+    lp[1, 2] = -4.0  # the second candidate's own context (2) finds its tokens unlikely
+    credit = mi_token_credit(lp, torch.tensor([0, 2]), torch.tensor([[1, 1, 1], [0, 1, 0]]))
+    assert credit[0].tolist() == [0.0, 0.0, 0.0]
+    assert credit[1].tolist() == pytest.approx([0.0, 0.15, 0.0])
+    with pytest.raises(ValueError, match="contexts >= 2"):
+        mi_token_credit(lp[:, :1], torch.tensor([0, 0]), torch.ones(2, 3))
+
+
+def test_advantages_by_hand():
+    rewards = torch.tensor([1.0, 0.0, 30.0, 30.0])  # group 1's rewards are equal (and clipped to 20)
+    groups = torch.tensor([0, 0, 1, 1])
+    mask = torch.tensor([[1, 1], [1, 0], [1, 1], [1, 1]])
+    beh = torch.tensor([[-1.0, -1.0], [-1.0, -9.0], [-1.0, -1.0], [-20.0, -1.0]])
+    ref = torch.tensor([[-2.0, -1.5], [-1.0, 0.0], [-1.0, -1.0], [-1.0, -1.0]])
+    credit = torch.tensor([[0.1, 0.0], [0.0, 5.0], [0.0, 0.0], [0.0, 0.15]])
+    out = knowledge_weaver_advantages(rewards, groups, beh, ref, credit, mask, beta=0.01)
+    exec_adv = [0.5 / (math.sqrt(0.5) + 1e-5), -0.5 / (math.sqrt(0.5) + 1e-5), 0.0, 0.0]  # sample std of [1, 0]
+    # kappa (clipped to +-10, masked): row 0 [1, 0.5], row 1 [0, -], row 3 [-10, 0]; return-to-go
+    raw = [
+        exec_adv[0] + 0.1 - 0.01 * 1.5, exec_adv[0] + 0.0 - 0.01 * 0.5,
+        exec_adv[1] + 0.0 - 0.0,
+        0.0, 0.0,
+        0.0 - 0.01 * -10.0, 0.15 - 0.0,
+    ]
+    values = torch.tensor(raw, dtype=torch.float64)
+    expected = (values - values.mean()) / (values.std(unbiased=True) + 1e-5)
+    assert out[mask.bool()].tolist() == pytest.approx(expected.tolist(), abs=1e-6)  # inputs are float32
+    assert out[1, 1] == 0.0  # off the mask: no advantage, and the masked-out credit of 5 counted nowhere
