@@ -4,8 +4,6 @@ which call failed and why, and every other sample is identical to the same batch
 
 import re
 
-import numpy as np
-import pytest
 from omegaconf import OmegaConf
 from verl.workers.rollout.replica import TokenOutput
 
