@@ -145,7 +145,7 @@ def skl_rl_rollout(tmp_path, model_dir, distill_coef, **loop_options):
     train = write_parquet(env_rows("frozenlake", SLIPPERY), tmp_path / "rl.parquet")
     config = compose_config([
         f"actor_rollout_ref.model.path={model_dir}", f"data.train_files={train}", f"data.val_files={train}",
-        "data.max_prompt_length=8192", "data.max_response_length=16384",
+        "data.max_prompt_length=2048", "data.max_response_length=6144",
         "actor_rollout_ref.rollout.agent.default_agent_loop=skl_rl", "algorithm.adv_estimator=skl_rl",
         f"+algorithm.skl_rl.distill_coef={distill_coef}",
         f"actor_rollout_ref.rollout.agent.agent_loop_config_path={tmp_path / 'loops.yaml'}",
