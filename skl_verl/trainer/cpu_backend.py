@@ -8,7 +8,8 @@ own extension points, never by editing verl:
   ``HFRolloutServer``, that serves verl's token-in/token-out ``generate`` with a Hugging Face
   model, and ``HFServerAdapter`` (the hybrid-engine side inside ``ActorRolloutRefWorker``, looked
   up in ``verl.workers.rollout.base._ROLLOUT_REGISTRY``) pushes the FSDP weights to it on
-  ``update_weights``, as vLLM's adapter does.
+  ``update_weights``, as vLLM's adapter does;
+- critics (PPO) loaded with sdpa attention instead of verl's hard-coded flash-attention 2.
 
 ``skl_verl.main`` selects it with ``trainer.device=cpu`` and loads this module in every Ray process
 through ``VERL_USE_EXTERNAL_MODULES`` (see ``activate``). It is a stand-in (named as such): one
@@ -281,11 +282,33 @@ CPU_ENV_VARS = {
 """What every Ray process of a CPU run needs; ``skl_verl.main`` puts it in the Ray runtime env."""
 
 
+def _value_models_with_sdpa() -> None:
+    """verl loads a critic as ``AutoModelForTokenClassification`` with flash-attention 2 hard-coded,
+    falling back to trl's value-head wrapper; a CPU has no flash-attention, so CPU runs load the same
+    class with sdpa (the PPO baselines' critic)."""
+    import verl.utils.model as model_utils
+
+    if getattr(model_utils.load_valuehead_model, "skl_cpu", False):
+        return
+
+    def load_valuehead_model(local_path, torch_dtype, model_config, trust_remote_code):
+        from transformers import AutoModelForTokenClassification
+
+        return AutoModelForTokenClassification.from_pretrained(
+            local_path, torch_dtype=torch_dtype, config=model_config, attn_implementation="sdpa",
+            trust_remote_code=trust_remote_code,
+        )
+
+    load_valuehead_model.skl_cpu = True
+    model_utils.load_valuehead_model = load_valuehead_model
+
+
 def activate() -> None:
-    """Everything a process of a CPU run needs: platform, gloo mapping, ``hf`` rollout."""
+    """Everything a process of a CPU run needs: platform, gloo mapping, ``hf`` rollout, sdpa critics."""
     enable_cpu_platform()
     _gloo_for_cpu_backend_strings()
     register_cpu_rollout()
+    _value_models_with_sdpa()
 
 
 if __import__("os").environ.get("VERL_PLATFORM") == "cpu":
