@@ -1,4 +1,5 @@
 """Knowledge Weaver: a curator of knowledge entries trained with execution feedback and token MI
 credit, the executor frozen. Built so far: the credit and advantage equations (``credit.py``), bank
 retrieval (``retrieval.py``), the step plan, admission rule and bank versions (``state.py``), entry
-validity, body tokens and guidance text (``entries.py``). No agent loop, executor or recipe yet."""
+validity, body tokens and guidance text (``entries.py``), and the frozen executor (``executor.py``).
+No curator loop or recipe yet."""
