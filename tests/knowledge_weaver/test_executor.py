@@ -3,7 +3,6 @@ command it names played, and env faults ending the episode as failed."""
 
 import asyncio
 
-import pytest
 from transformers import AutoTokenizer
 from verl.workers.rollout.replica import TokenOutput
 
