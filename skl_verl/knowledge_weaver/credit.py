@@ -1,19 +1,42 @@
-"""Knowledge Weaver's token credit and advantages, as pure vectorised functions.
+"""Knowledge Weaver's token credit and advantages.
 
 Eq. 6 (MI credit): how much more likely the candidate's token z_t is under its own trajectory context
-than under the other contexts of its comparison set, clipped and kept on entry-body tokens.
+than under the other contexts of its comparison set, clipped and kept on entry-body tokens; the
+log-probs come from rescoring the candidate under every context on the rollout server
+(``rescore_under_contexts``).
 Eqs. 4/7, 15, 16: group-normalised execution reward, minus beta times the return-to-go of the clipped
 per-token KL to the reference policy, plus the MI credit (added after the return-to-go, never
-accumulated), then whitened over every policy token of the batch.
+accumulated), then whitened over every policy token of the batch. The equations are pure, vectorised
+functions.
 """
 
 from __future__ import annotations
 
+import asyncio
 import math
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 
 from skl_verl.trainer.group_advantage import group_relative_advantages
+
+
+async def rescore_under_contexts(
+    client: Any, contexts: Sequence[Sequence[int]], candidate: Sequence[int], request_id: str
+) -> torch.Tensor:
+    """(N, T) log pi_old(z_t | x_l, z_<t) of the candidate's tokens under each context, from the rollout
+    server that sampled them: one ``generate(x_l + z, prompt_logprobs=0, max_tokens=1)`` per context
+    (vLLM's layout: entry i scores prompt token i + 1, so z_t sits at row len(x_l) + t - 1)."""
+    params = {"temperature": 1.0, "max_tokens": 1, "prompt_logprobs": 0, "logprobs": False}
+
+    async def one(index: int, context: Sequence[int]) -> list[float]:
+        output = await client.generate(f"{request_id}:mi{index}", prompt_ids=[*context, *candidate], sampling_params=params)
+        rows = output.extra_fields["prompt_logprobs"]
+        return [float(rows[len(context) + t - 1][0]) for t in range(len(candidate))]
+
+    scored = await asyncio.gather(*(one(i, context) for i, context in enumerate(contexts)))
+    return torch.tensor(scored, dtype=torch.float64).reshape(len(contexts), len(candidate))
 
 
 def mi_token_credit(

@@ -48,3 +48,30 @@ def test_advantages_by_hand():
     expected = (values - values.mean()) / (values.std(unbiased=True) + 1e-5)
     assert out[mask.bool()].tolist() == pytest.approx(expected.tolist(), abs=1e-6)  # inputs are float32
     assert out[1, 1] == 0.0  # off the mask: no advantage, and the masked-out credit of 5 counted nowhere
+
+
+def test_rescoring_under_each_context_matches_a_teacher_forced_forward(tiny_model_dir):
+    """The CPU rollout server's prompt log-probs, read at vLLM's rows, equal log-softmax of the model's
+    own forward pass over context + candidate."""
+    import asyncio
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from skl_verl.knowledge_weaver.credit import rescore_under_contexts
+    from skl_verl.rollout.hf_client import HFGenerationClient
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, torch_dtype=torch.float32).eval()
+    client = HFGenerationClient(model, tokenizer, max_new_tokens=1)
+    contexts = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in
+                ("Trajectory: heat the mug.", "Trajectory: clean the apple in the sink.", "Shop for shoes")]
+    candidate = tokenizer("<skill>Heat before placing.</skill>", add_special_tokens=False)["input_ids"]
+    scored = asyncio.run(rescore_under_contexts(client, contexts, candidate, "t"))
+    for row, context in zip(scored, contexts):
+        ids = torch.tensor([context + candidate])
+        with torch.no_grad():
+            logp = torch.log_softmax(model(input_ids=ids).logits[0].float(), dim=-1)
+        expected = [logp[len(context) + t - 1, candidate[t]].item() for t in range(len(candidate))]
+        assert row.tolist() == pytest.approx(expected, abs=1e-5)
+    credit = mi_token_credit(scored[None], torch.tensor([0]), torch.ones(1, len(candidate)))
+    assert credit.shape == (1, len(candidate)) and (credit >= 0).all() and (credit <= 0.15).all()
