@@ -6,7 +6,14 @@ import numpy as np
 import torch
 
 from skl_verl.trainer import sample_fields as sf
-from skl_verl.trainer.estimators import outcome_scores, register_estimator, step_penalties, to_tokens, trial_units
+from skl_verl.trainer.estimators import (
+    outcome_scores,
+    register_estimator,
+    step_penalties,
+    to_tokens,
+    trial_groups,
+    trial_units,
+)
 from skl_verl.trainer.group_advantage import Normalisation, group_codes, group_relative_advantages
 
 SOLVE_RETURNS = ("task", "discounted")
@@ -96,7 +103,7 @@ def skillrise_estimator(token_level_rewards, response_mask, sample_fields, optio
     unit_advantages, unit_returns = skillrise_advantages(
         scores[first],
         trial=group_codes(np.asarray(sample_fields[sf.TRAJECTORY_ID])[rows]),
-        group=group_codes(np.asarray(sample_fields[sf.SEQUENCE_ID])[rows], np.asarray(sample_fields[sf.POSITION])[rows], phase[rows]),
+        group=trial_groups(sample_fields, first),
         position=torch.as_tensor(np.asarray(sample_fields[sf.POSITION])[rows].astype(np.int64)),
         is_curate=torch.as_tensor(phase[rows] == "curate"),
         gamma=float(options["gamma"]),

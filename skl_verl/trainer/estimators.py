@@ -101,6 +101,22 @@ def trial_units(sample_fields: dict[str, np.ndarray]) -> tuple[torch.Tensor, tor
     return units, first_rows(units)
 
 
+TRIAL_GROUP_FIELDS = (sf.SEQUENCE_ID, sf.POSITION, sf.PHASE)
+"""Trials that share these played the same task in the same role: the units compared with each other."""
+
+
+def trial_groups(sample_fields: dict[str, np.ndarray], first: torch.Tensor) -> torch.Tensor:
+    """The group id of each unit (``first``: one row per unit, from ``trial_units``)."""
+    return group_codes(*(np.asarray(sample_fields[k])[first.numpy()] for k in TRIAL_GROUP_FIELDS))
+
+
+def last_policy_tokens(response_mask: torch.Tensor) -> torch.Tensor:
+    """Per row, the position of its last policy token (response_mask 1), where an outcome reward sits."""
+    mask = response_mask.bool()
+    positions = torch.arange(mask.shape[1]).expand_as(mask)
+    return torch.where(mask, positions, torch.zeros_like(positions)).max(dim=1).values
+
+
 def step_penalties(sample_fields: dict[str, np.ndarray], num_samples: int) -> torch.Tensor:
     """Each sample's own format penalty (step mode); zeros when the batch has none."""
     values = sample_fields.get(sf.STEP_PENALTY)
@@ -118,7 +134,7 @@ def grouped_grpo_estimator(token_level_rewards, response_mask, sample_fields, op
     Options under ``algorithm.skl_grpo``: norm ('std'|'mean'), eps."""
     units, first = trial_units(sample_fields)
     scores = outcome_scores(token_level_rewards).to(torch.float64)
-    groups = group_codes(*(np.asarray(sample_fields[k])[first.numpy()] for k in (sf.SEQUENCE_ID, sf.POSITION, sf.PHASE)))
+    groups = trial_groups(sample_fields, first)
     trial_advantages = group_relative_advantages(scores[first], groups, norm=options["norm"], eps=float(options["eps"]))
     advantages = trial_advantages[units] - step_penalties(sample_fields, len(units))
     return to_tokens(advantages, scores, response_mask)
@@ -131,8 +147,7 @@ def grouped_rloo_estimator(token_level_rewards, response_mask, sample_fields, op
     samples, each step sample minus its own format penalty. No options."""
     units, first = trial_units(sample_fields)
     scores = outcome_scores(token_level_rewards).to(torch.float64)
-    groups = group_codes(*(np.asarray(sample_fields[k])[first.numpy()] for k in (sf.SEQUENCE_ID, sf.POSITION, sf.PHASE)))
-    advantages = leave_one_out_advantages(scores[first], groups)[units] - step_penalties(sample_fields, len(units))
+    advantages = leave_one_out_advantages(scores[first], trial_groups(sample_fields, first))[units] - step_penalties(sample_fields, len(units))
     return to_tokens(advantages, scores, response_mask)
 
 
@@ -144,11 +159,9 @@ def step_gae_estimator(token_level_rewards, response_mask, sample_fields, option
     γ and λ are verl's ``algorithm.gamma`` and ``algorithm.lam``. Needs the critic (``critic.enable``)."""
     if values is None:
         raise ValueError("algorithm.adv_estimator=skl_gae needs the critic's values: set critic.enable=True")
-    mask = response_mask.bool()
-    positions = torch.arange(mask.shape[1]).expand_as(mask)
-    last = torch.where(mask, positions, torch.zeros_like(positions)).max(dim=1).values
+    rows = torch.arange(response_mask.shape[0])
     rewards = token_level_rewards.clone()
-    rewards[torch.arange(mask.shape[0]), last] -= step_penalties(sample_fields, mask.shape[0]).to(rewards.dtype)
+    rewards[rows, last_policy_tokens(response_mask)] -= step_penalties(sample_fields, len(rows)).to(rewards.dtype)
     return core_algos.compute_gae_advantage_return(
         token_level_rewards=rewards, values=values, response_mask=response_mask,
         gamma=float(algorithm.get("gamma", 1.0)), lam=float(algorithm.get("lam", 1.0)),
@@ -205,10 +218,8 @@ def set_token_level_scores(data: DataProto) -> None:
     if any(s is None for s in scores):
         raise ValueError(f"some samples lack {sf.SCORE}; mixed agent loops in one batch are not supported")
     mask = data.batch["response_mask"]
-    positions = torch.arange(mask.shape[1]).expand_as(mask)
-    last = torch.where(mask.bool(), positions, torch.zeros_like(positions)).max(dim=1).values
     token_scores = torch.zeros(mask.shape, dtype=torch.float32)
-    token_scores[torch.arange(mask.shape[0]), last] = torch.as_tensor(np.asarray(scores, dtype=np.float32))
+    token_scores[torch.arange(mask.shape[0]), last_policy_tokens(mask)] = torch.as_tensor(np.asarray(scores, dtype=np.float32))
     data.batch["token_level_scores"] = token_scores
 
 

@@ -27,12 +27,16 @@ import numpy as np
 import torch
 
 from skl_verl.trainer import sample_fields as sf
-from skl_verl.trainer.estimators import outcome_scores, register_estimator, step_penalties, to_tokens, trial_units
+from skl_verl.trainer.estimators import (
+    TRIAL_GROUP_FIELDS,
+    outcome_scores,
+    register_estimator,
+    step_penalties,
+    to_tokens,
+    trial_groups,
+    trial_units,
+)
 from skl_verl.trainer.group_advantage import Normalisation, group_codes, group_relative_advantages
-
-EPISODE_GROUP_FIELDS = (sf.SEQUENCE_ID, sf.POSITION, sf.PHASE)
-"""Trials that share these played the same task: GiGPO's episode group."""
-
 
 def discounted_step_returns(
     step_rewards: torch.Tensor, trials: torch.Tensor, step_index: torch.Tensor, gamma: float
@@ -112,7 +116,7 @@ def step_columns(sample_fields: dict[str, np.ndarray]) -> tuple[torch.Tensor, to
     return torch.as_tensor(index.astype(np.int64)), torch.as_tensor(rewards.astype(np.float64))
 
 
-@register_estimator("gigpo", (sf.TRAJECTORY_ID, *EPISODE_GROUP_FIELDS, sf.STEP_INDEX, sf.ANCHOR_STATE, sf.STEP_REWARD))
+@register_estimator("gigpo", (sf.TRAJECTORY_ID, *TRIAL_GROUP_FIELDS, sf.STEP_INDEX, sf.ANCHOR_STATE, sf.STEP_REWARD))
 def gigpo_estimator(token_level_rewards, response_mask, sample_fields, options, **_):
     """GiGPO on step samples (see the module docstring). Episode groups count trials (one score per
     trial phase); step groups count steps. Each sample's advantage then loses its own format penalty.
@@ -121,11 +125,10 @@ def gigpo_estimator(token_level_rewards, response_mask, sample_fields, options, 
     units, first = trial_units(sample_fields)
     step_index, step_rewards = step_columns(sample_fields)
     scores = outcome_scores(token_level_rewards).to(torch.float64)
-    keys = [np.asarray(sample_fields[k]) for k in EPISODE_GROUP_FIELDS]
-    trial_groups = group_codes(*(key[first.numpy()] for key in keys))
-    step_groups = group_codes(*keys, np.asarray(sample_fields[sf.ANCHOR_STATE]))
+    # GiGPO's episode groups are the trial groups; its step groups split them by anchor state.
+    step_groups = group_codes(*(np.asarray(sample_fields[k]) for k in (*TRIAL_GROUP_FIELDS, sf.ANCHOR_STATE)))
     advantages, returns = gigpo_advantages(
-        scores[first], trial_groups, units, step_index, step_rewards, step_groups,
+        scores[first], trial_groups(sample_fields, first), units, step_index, step_rewards, step_groups,
         gamma=float(options["gamma"]), step_advantage_weight=float(options["step_advantage_weight"]),
         norm=options["norm"], eps=float(options["eps"]),
     )
