@@ -33,16 +33,12 @@ def group_relative_advantages(
     """
     if norm not in ("std", "mean"):
         raise ValueError(f"norm must be 'std' or 'mean', got {norm!r}")
-    if returns.shape != groups.shape or returns.dim() != 1:
-        raise ValueError(f"returns {tuple(returns.shape)} and groups {tuple(groups.shape)} must be equal 1-D shapes")
-    returns = returns.to(torch.float64)
-    num_groups = int(groups.max()) + 1 if groups.numel() else 0
-    counts = torch.bincount(groups, minlength=num_groups).to(torch.float64)
-    means = torch.zeros(num_groups, dtype=torch.float64).index_add_(0, groups, returns) / counts.clamp(min=1)
+    returns, counts, sums = _group_sums(returns, groups)
+    means = sums / counts.clamp(min=1)
     deviation = returns - means[groups]
     advantages = deviation
     if norm == "std":
-        sq = torch.zeros(num_groups, dtype=torch.float64).index_add_(0, groups, deviation**2)
+        sq = torch.zeros(len(counts), dtype=torch.float64).index_add_(0, groups, deviation**2)
         std = (sq / (counts - 1).clamp(min=1)).sqrt()
         # A group whose returns are all equal has std 0: its advantages are 0 even with eps = 0.
         spread = std[groups] > 0
@@ -55,14 +51,20 @@ def leave_one_out_advantages(returns: torch.Tensor, groups: torch.Tensor) -> tor
 
     Each sample's baseline is the mean of the other samples of its group; a single-sample group has
     no other sample, so its advantage is 0."""
+    returns, counts, sums = _group_sums(returns, groups)
+    counts, sums = counts[groups], sums[groups]
+    others = (sums - returns) / (counts - 1).clamp(min=1)
+    return torch.where(counts > 1, returns - others, torch.zeros_like(returns))
+
+
+def _group_sums(returns: torch.Tensor, groups: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(returns as float64, samples per group, sum of returns per group), for dense group ids."""
     if returns.shape != groups.shape or returns.dim() != 1:
         raise ValueError(f"returns {tuple(returns.shape)} and groups {tuple(groups.shape)} must be equal 1-D shapes")
     returns = returns.to(torch.float64)
     num_groups = int(groups.max()) + 1 if groups.numel() else 0
-    counts = torch.bincount(groups, minlength=num_groups).to(torch.float64)[groups]
-    sums = torch.zeros(num_groups, dtype=torch.float64).index_add_(0, groups, returns)[groups]
-    others = (sums - returns) / (counts - 1).clamp(min=1)
-    return torch.where(counts > 1, returns - others, torch.zeros_like(returns))
+    counts = torch.bincount(groups, minlength=num_groups).to(torch.float64)
+    return returns, counts, torch.zeros(num_groups, dtype=torch.float64).index_add_(0, groups, returns)
 
 
 def first_rows(units: torch.Tensor) -> torch.Tensor:
