@@ -328,7 +328,8 @@ class EnvAgentLoop(AgentLoopBase):
             text = self.tokenizer.decode(response_ids, skip_special_tokens=True)
             invalid_before = episode.invalid_format_turns
             try:
-                anchor, reward_before = await self._anchor_state(env, timing), self._reward_so_far(episode)
+                # GiGPO's anchor state: where this step acts from.
+                anchor, reward_before = await self._env_call(timing, env.state_key), self._reward_so_far(episode)
                 current, done = await self._act(env, text, episode, timing)
             except EnvCallFailed as exc:  # the env is gone: a flagged, zero-reward sample
                 episode.failed = str(exc)
@@ -341,11 +342,6 @@ class EnvAgentLoop(AgentLoopBase):
                                                    anchor_state=anchor, reward=self._reward_so_far(episode) - reward_before))
             episode.weight_versions.extend(weight_versions(output))
         episode.metrics = {"generate_s": timing.get("generate_sequences", 0.0), "env_s": timing.get("env_step", 0.0)}
-
-    async def _anchor_state(self, env: TextEnv, timing: dict[str, float]) -> str:
-        """The env's ``state_key()`` before a step acts (GiGPO's anchor state). A failed call flags the
-        episode like any other env failure: the env worker is replaced, so the episode cannot go on."""
-        return await self._env_call(timing, env.state_key)
 
     def _reward_so_far(self, episode: EpisodeResult) -> float:
         """The trial's reward before format penalties if it ended now (``reward_fn`` of the return and

@@ -68,19 +68,19 @@ class ExperienceMemory:
         self.table = KnowledgeTable()
         self._records: list[dict[str, Any]] = []
         self._epoch = -1
-        if journal_path and os.path.exists(journal_path):
-            for record in read_journal(journal_path):
-                self._apply(record)
-            self._rewrite()  # drops a torn last line before anything is appended after it
-        elif journal_path:
-            self._rewrite()
+        if journal_path:
+            if os.path.exists(journal_path):
+                for record in read_journal(journal_path):
+                    self._apply(record)
+            self._rewrite()  # a new journal's header; or a torn last line dropped before anything follows it
 
     # -- changes
 
     def begin_epoch(self, epoch: int) -> None:
-        """Called with the trainer step before each change. The first call of a step forgets what
-        that step and later ones wrote in an earlier life of the run: a resume from the checkpoint
-        of step ``epoch - 1`` then sees exactly that checkpoint's memory."""
+        """Called by every change with its trainer step (a loop reads a step's memory only after its
+        own first write of that step). The first call of a step forgets what that step and later ones
+        wrote in an earlier life of the run: a resume from the checkpoint of step ``epoch - 1`` then
+        sees exactly that checkpoint's memory."""
         if epoch <= self._epoch:
             return
         self._epoch = epoch

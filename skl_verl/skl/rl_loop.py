@@ -225,8 +225,6 @@ class SklRlAgentLoop(StatefulAgentLoop):
             except Exception as exc:  # noqa: BLE001 - simulate_branches restored the env; the real step goes on
                 step["simulation_error"] = f"{type(exc).__name__}: {exc}"
                 branches = []
-        if episode.failed:
-            return False
         step["simulated_steps"] = sum(len(b.steps) for b in branches)
         step["simulated_wins"] = sum(int(b.won) for b in branches)
         text = render_branches(branches) if branches else "(simulation unavailable)"
@@ -252,8 +250,8 @@ class SklRlAgentLoop(StatefulAgentLoop):
     async def _simulate_in_trace(self, context: TurnContext, episode: EpisodeResult, step: dict[str, Any], seed: int):
         """The policy's own look-ahead (§4.2.2, App. D) written into the trace: root candidates, then
         one move per live branch and step. Returns the branches (possibly none), or None when the
-        response budget ran out or the env failed (``episode.failed`` set). The env is back at the
-        root snapshot afterwards whatever happened."""
+        response budget ran out; a failed env call propagates (``EnvCallFailed``: ``play_episode`` flags
+        the sample). Otherwise the env is back at the root snapshot afterwards."""
         env, stream, timing = context.env, context.stream, context.timing
         root = await self._env_call(timing, env.get_state)
         root_key = await self._env_call(timing, env.state_key)

@@ -115,7 +115,6 @@ class SklSdAgentLoop(StatefulAgentLoop):
         env_key = f"{env_name}:{sorted(env_kwargs.items())}"
         memory = experience_memory(env_key, self.journal_dir())
         epoch = self.trainer_step = int(kwargs.get("global_steps") or 0)
-        await memory.call("begin_epoch", epoch)
         trial = _trajectory_id(kwargs)
         self.prefilled = {}
         outputs: list[AgentLoopOutput] = []
