@@ -66,10 +66,8 @@ class SkillRiseAgentLoop(EnvAgentLoop):
             raise ValueError(f"carried_text must be one of {sorted(prompts.CARRIED_TEXTS)}, got {carried_text!r}")
         if carried_text == "none" and curate:
             raise ValueError("carried_text: none carries nothing between tasks; set curate: false")
-        solve_system, self.empty_document, self.preamble, self.curate_system, self.curate_user, tag = (
-            prompts.CARRIED_TEXTS[carried_text]
-        )
-        kwargs.setdefault("system_prompt", solve_system)
+        self.carried = prompts.CARRIED_TEXTS[carried_text]
+        kwargs.setdefault("system_prompt", self.carried.solve_system)
         super().__init__(*args, **kwargs)
         if max_document_words <= 0 or history_window < 0 or curate_penalty < 0:
             raise ValueError("max_document_words must be > 0, history_window >= 0, curate_penalty >= 0")
@@ -77,13 +75,13 @@ class SkillRiseAgentLoop(EnvAgentLoop):
         self.max_document_words = max_document_words
         self.curate_penalty = curate_penalty
         self.history_window = history_window
-        self.document_parser = TagActionParser(tags=(tag,), max_action_chars=max_document_words * 20)
+        self.document_parser = TagActionParser(tags=(self.carried.tag,), max_action_chars=max_document_words * 20)
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> list[AgentLoopOutput]:
         self.trainer_step = int(kwargs.get("global_steps") or 0)
         env_name, env_kwargs, sequence_id, task_ids, stop_after_success = parse_sequence_spec(kwargs.get("extra_info"))
         trial_id = _trajectory_id(kwargs)
-        document = self.empty_document
+        document = self.carried.empty
         outputs: list[AgentLoopOutput] = []
         won: list[float] = []
         with ENV_POOL.lease(env_name, env_kwargs) as env:
@@ -95,10 +93,10 @@ class SkillRiseAgentLoop(EnvAgentLoop):
                     self.system_prompt,
                     seed=stable_seed(f"{trial_id}:{position}"),
                     request_id=f"{trial_id}:solve{position}",
-                    preamble=self.preamble(document),
+                    preamble=self.carried.preamble(document),
                 )
                 fields = self._fields(trial_id, sequence_id, position, "solve", task_id)
-                fields["skl_document_words"] = prompts.document_words(document)
+                fields["skl_document_words"] = self.document_words(document)
                 outputs.extend(self.to_outputs(episode, fields))
                 won.append(float(episode.won))
                 if stop_after_success and episode.won:
@@ -117,6 +115,9 @@ class SkillRiseAgentLoop(EnvAgentLoop):
             output.extra_fields["reward_extra_info"] = dict(summary)
         return outputs
 
+    def document_words(self, document: str) -> int:
+        return 0 if document == self.carried.empty else len(document.split())
+
     def _fields(self, trial_id: str, sequence_id: str, position: int, phase: str, task_id: str) -> dict[str, Any]:
         return {
             sf.TRAJECTORY_ID: trial_id,
@@ -130,11 +131,11 @@ class SkillRiseAgentLoop(EnvAgentLoop):
     def _curate_messages(self, document: str, episode: EpisodeResult, window: int) -> list[dict[str, str]]:
         steps, shown = prompts.render_steps(episode.actions, window)
         outcome = f"failed: {episode.failed}" if episode.failed else ("success" if episode.won else "failure")
-        user = self.curate_user.format(
+        user = self.carried.curate_user.format(
             document=document, task=episode.task_text, outcome=outcome, shown=shown,
             total=len(episode.actions), steps=steps,
         )
-        system = self.curate_system.format(max_words=self.max_document_words)
+        system = self.carried.curate_system.format(max_words=self.max_document_words)
         return [{"role": "system", "content": system}, {"role": "user", "content": neutralise_special_tokens(user, self.tokenizer)}]
 
     def _prompt_length(self, messages: list[dict[str, str]]) -> int:
@@ -179,7 +180,7 @@ class SkillRiseAgentLoop(EnvAgentLoop):
             {
                 sf.EPISODE_REWARD: 0.0,
                 "skl_curate_error": error or "",
-                "skl_document_words": prompts.document_words(new_document),
+                "skl_document_words": self.document_words(new_document),
             }
         )
         versions = self.weight_version_fields(weight_versions(output))

@@ -1,5 +1,8 @@
 """Role-specific instructions for SkillRise's two phases (the paper's templates are images; these are ours)."""
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 from skl_verl.rollout.env_loop import DEFAULT_SYSTEM_PROMPT
 
 EMPTY_DOCUMENT = "(The skill document is currently empty. No skills have been distilled yet.)"
@@ -29,10 +32,6 @@ Last {shown} of {total} steps of the attempt (action -> what the environment ret
 {steps}
 
 Write the revised skill document inside <skill>...</skill>."""
-
-
-def document_words(document: str) -> int:
-    return 0 if document in (EMPTY_DOCUMENT, EMPTY_REFLECTION) else len(document.split())
 
 
 def solve_preamble(document: str) -> str:
@@ -91,11 +90,24 @@ def no_preamble(_: str) -> str:
     return ""
 
 
+@dataclass(frozen=True)
+class CarriedText:
+    """What one trial carries from task to task, and the prompts around it."""
+
+    solve_system: str
+    empty: str
+    """The text before anything was carried (its words do not count)."""
+    preamble: Callable[[str], str]
+    curate_system: str
+    curate_user: str
+    tag: str
+
+
 CARRIED_TEXTS = {
-    # carried_text -> (solve system prompt, empty text, preamble, curator system, curator user, tag)
-    "skill_document": (SOLVE_SYSTEM, EMPTY_DOCUMENT, solve_preamble, CURATE_SYSTEM, CURATE_USER, "skill"),
-    "reflection": (REFLECT_SOLVE_SYSTEM, EMPTY_REFLECTION, reflection_preamble, REFLECT_SYSTEM, REFLECT_USER, "reflection"),
+    "skill_document": CarriedText(SOLVE_SYSTEM, EMPTY_DOCUMENT, solve_preamble, CURATE_SYSTEM, CURATE_USER, "skill"),
+    "reflection": CarriedText(REFLECT_SOLVE_SYSTEM, EMPTY_REFLECTION, reflection_preamble, REFLECT_SYSTEM, REFLECT_USER,
+                              "reflection"),
     # Independent attempts (task-independent baselines evaluated at Pass@k): the step loop's own prompt,
     # nothing carried; needs curate: false.
-    "none": (DEFAULT_SYSTEM_PROMPT, "", no_preamble, "", "", "skill"),
+    "none": CarriedText(DEFAULT_SYSTEM_PROMPT, "", no_preamble, "", "", "skill"),
 }
