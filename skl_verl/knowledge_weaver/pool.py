@@ -1,0 +1,76 @@
+"""The trajectory pool: frozen-executor episodes the curator's contexts are drawn from.
+
+One JSON line per episode: ``{"task_type": ..., "episode": <ExecutorEpisode as a dict>}``. The initial
+pool is collected once, with no guidance (``build`` CLI); during training the pool of step j is the
+initial pool plus the singleton-condition episodes of step j - 1 (``kw.pool.use_previous_step``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from skl_verl.knowledge_weaver.executor import ExecutorEpisode, ExecutorStep
+
+USABLE_STATUSES = ("won", "done", "max_steps")
+
+
+@dataclass(frozen=True)
+class PoolEpisode:
+    task_type: str
+    episode: ExecutorEpisode
+
+
+def is_usable(episode: ExecutorEpisode) -> bool:
+    """An episode a context may show: it ended normally (not on an env fault) and made at least one
+    valid move."""
+    return episode.status in USABLE_STATUSES and any(not s.invalid_reply for s in episode.steps)
+
+
+def episode_to_dict(episode: ExecutorEpisode) -> dict:
+    return asdict(episode)
+
+
+def episode_from_dict(data: dict) -> ExecutorEpisode:
+    steps = [ExecutorStep(**s) for s in data.get("steps", [])]
+    return ExecutorEpisode(**{**data, "steps": steps})
+
+
+def write_pool(path: str | os.PathLike[str], records: Iterable[PoolEpisode]) -> Path:
+    """Write atomically (a reader never sees half a pool)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text("".join(json.dumps({"task_type": r.task_type, "episode": episode_to_dict(r.episode)}) + "\n"
+                           for r in records))
+    os.replace(tmp, path)
+    return path
+
+
+def read_pool(path: str | os.PathLike[str]) -> list[PoolEpisode]:
+    records = []
+    for number, line in enumerate(Path(path).read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            data = json.loads(line)
+            records.append(PoolEpisode(str(data["task_type"]), episode_from_dict(data["episode"])))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ValueError(f"{path}:{number}: not a pool record ({exc})") from exc
+    return records
+
+
+def sample_context(pool: Sequence[PoolEpisode], task_type: str, count: int, seed: int) -> list[ExecutorEpisode]:
+    """``count`` usable episodes of ``task_type``, drawn without replacement by a stable seed (with
+    replacement only when the pool holds fewer)."""
+    usable = [r.episode for r in pool if r.task_type == task_type and is_usable(r.episode)]
+    if not usable:
+        raise ValueError(f"the trajectory pool has no usable {task_type!r} episode to build a curator context from")
+    rng = random.Random(seed)
+    if len(usable) >= count:
+        return rng.sample(usable, count)
+    return [rng.choice(usable) for _ in range(count)]
