@@ -19,7 +19,9 @@ from typing import Any
 
 import torch
 
-from skl_verl.trainer.group_advantage import group_relative_advantages
+from skl_verl.trainer import sample_fields as sf
+from skl_verl.trainer.estimators import register_estimator
+from skl_verl.trainer.group_advantage import group_codes, group_relative_advantages
 
 
 async def rescore_under_contexts(
@@ -96,3 +98,31 @@ def knowledge_weaver_advantages(
         return torch.zeros_like(advantages)
     whitened = (advantages - values.mean()) / (values.std(unbiased=True) + eps)
     return whitened * mask
+
+
+@register_estimator("knowledge_weaver", (sf.SEQUENCE_ID, sf.SCORE, sf.TOKEN_CREDIT))
+def knowledge_weaver_estimator(token_level_rewards, response_mask, sample_fields, options, algorithm=None,
+                               old_log_probs=None, ref_log_probs=None, **_):
+    """Eqs. 4/7, 15, 16 (``knowledge_weaver_advantages``) on the curator's samples: R is each sample's
+    own score (``skl_score``; verl's KL-in-reward, which only builds the reference policy here, is
+    applied inside as the clipped return-to-go instead), groups are the candidates of one context,
+    beta is ``algorithm.kl_ctrl.kl_coef`` (fixed), l_beh the old (behaviour, in bypass mode) log-probs.
+    Options under ``algorithm.knowledge_weaver``: eps, kl_clip, clip."""
+    beta = float(algorithm.kl_ctrl.kl_coef) if algorithm is not None and algorithm.get("use_kl_in_reward", False) else 0.0
+    if beta and (old_log_probs is None or ref_log_probs is None):
+        raise ValueError("knowledge_weaver needs old and reference log-probs for its KL term (algorithm.use_kl_in_reward=true, "
+                         "actor_rollout_ref.rollout.calculate_log_probs=true)")
+    mask = response_mask.to(torch.float64)
+    scores = torch.as_tensor([float(s) for s in sample_fields[sf.SCORE]], dtype=torch.float64)
+    credit = torch.zeros_like(mask)
+    for row, values in enumerate(sample_fields[sf.TOKEN_CREDIT]):
+        if values is not None and len(values):
+            width = min(len(values), credit.shape[1])
+            credit[row, :width] = torch.as_tensor(list(values)[:width], dtype=torch.float64)
+    zeros = torch.zeros_like(mask)
+    advantages = knowledge_weaver_advantages(
+        scores, group_codes(sample_fields[sf.SEQUENCE_ID]),
+        old_log_probs if beta else zeros, ref_log_probs if beta else zeros, credit, mask,
+        beta=beta, kl_clip=float(options["kl_clip"]), clip=float(options["clip"]), eps=float(options["eps"]),
+    ).to(torch.float32)
+    return advantages, advantages

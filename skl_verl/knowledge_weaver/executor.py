@@ -92,12 +92,16 @@ class FrozenExecutor:
             {"role": "user", "content": "\n".join(parts) + "\n\nRespond with a thought and an action."},
         ]
 
-    async def play(self, env: Any, task_id: str, guidance: str, seed: int, request_id: str = "executor") -> ExecutorEpisode:
+    async def play(self, env: Any, task_id: str, guidance: str, seed: int, request_id: str = "executor",
+                   task_text: str = "") -> ExecutorEpisode:
+        """One greedy episode; ``task_text`` is the task as the prompt states it (default: the env's
+        ``info["task"]`` when it is text, else the first observation)."""
         episode = ExecutorEpisode(task_id=task_id, guidance=guidance)
         call = lambda fn, *args, **kwargs: guarded_call(fn, *args, timeout_s=self.env_timeout_s, **kwargs)  # noqa: E731
         try:
             observation, info = await call(env.reset, task_id, seed=seed)
-            episode.task_text = str(info.get("task", "")) or observation
+            task = info.get("task")
+            episode.task_text = task_text or (task if isinstance(task, str) and task else observation)
             for t in range(self.max_steps):
                 admissible = await call(env.admissible_actions)
                 messages = self.messages(guidance, episode.task_text, observation, episode.steps[-self.memory_steps:], admissible)
@@ -122,3 +126,16 @@ class FrozenExecutor:
         except EnvCallFailed as exc:
             episode.won, episode.status = False, f"failed: {exc}"
         return episode
+
+
+def local_hf_executor(model_path: str, tokenizer: Any, max_new_tokens: int, seed: int = 0) -> Any:
+    """A frozen in-process copy of a local checkpoint behind verl's ``generate`` (CPU runs and tests;
+    GPU runs serve the executor with ``vllm serve`` and use ``OpenAICompletionsClient``)."""
+    from transformers import AutoModelForCausalLM
+
+    from skl_verl.rollout.hf_client import HFGenerationClient
+
+    model = AutoModelForCausalLM.from_pretrained(model_path).eval()
+    for parameter in model.parameters():
+        parameter.requires_grad_(False)
+    return HFGenerationClient(model, tokenizer, max_new_tokens=max_new_tokens, seed=seed)

@@ -74,3 +74,47 @@ def sample_context(pool: Sequence[PoolEpisode], task_type: str, count: int, seed
     if len(usable) >= count:
         return rng.sample(usable, count)
     return [rng.choice(usable) for _ in range(count)]
+
+
+class PoolStore:
+    """The pool of each step: the initial pool, plus (``use_previous_step``) the singleton-condition
+    episodes step j - 1 recorded, as listed by its index (written when step j - 1 ended, so episodes
+    an interrupted earlier life of a step left behind are never read)."""
+
+    def __init__(self, state_dir: str | os.PathLike[str], initial: str | os.PathLike[str], use_previous_step: bool) -> None:
+        self.folder = Path(state_dir) / "pool"
+        self.initial_path, self.use_previous_step = Path(initial), use_previous_step
+        self._initial: list[PoolEpisode] | None = None
+
+    def _step_dir(self, step: int) -> Path:
+        return self.folder / f"step_{step:06d}"
+
+    def initial(self) -> list[PoolEpisode]:
+        if self._initial is None:
+            if not self.initial_path.exists():
+                raise FileNotFoundError(f"{self.initial_path}: no initial trajectory pool (kw.pool.initial); build it with "
+                                        "python -m skl_verl.knowledge_weaver.build pool")
+            self._initial = read_pool(self.initial_path)
+        return self._initial
+
+    def pool(self, step: int) -> list[PoolEpisode]:
+        records = list(self.initial())
+        if self.use_previous_step and step > 0:
+            index = self._step_dir(step - 1) / "index.json"
+            if not index.exists():
+                raise FileNotFoundError(f"{index}: step {step - 1} recorded no pool index (was the run resumed with another "
+                                        "kw.state_dir?)")
+            for name in json.loads(index.read_text()):
+                records += read_pool(self._step_dir(step - 1) / f"{name}.jsonl")
+        return records
+
+    def record(self, step: int, name: str, records: Sequence[PoolEpisode]) -> None:
+        write_pool(self._step_dir(step) / f"{name}.jsonl", records)
+
+    def finalize(self, step: int, names: Sequence[str]) -> None:
+        folder = self._step_dir(step)
+        folder.mkdir(parents=True, exist_ok=True)
+        present = sorted(n for n in names if (folder / f"{n}.jsonl").exists())
+        tmp = folder / f".index.{os.getpid()}.tmp"
+        tmp.write_text(json.dumps(present))
+        os.replace(tmp, folder / "index.json")

@@ -37,6 +37,7 @@ def build_tiny_model(
     num_layers: int = 2,
     format_actions: tuple[str, ...] = ("left", "down", "right", "up"),
     format_steps: int = 120,
+    reply_template: str = "<action>{}</action>",
 ) -> Path:
     """Write config, weights and tokenizer to ``out_dir`` (idempotent) and return the path.
 
@@ -44,6 +45,8 @@ def build_tiny_model(
     same and RL would see zero advantages. ``format_steps`` of supervised warm-up on replies
     ``<action>X</action>`` (X uniform over ``format_actions``) give a policy that acts, with
     outcomes that differ between rollouts. ``format_steps=0`` keeps the random init.
+    ``reply_template`` shapes the warm-up replies (``"<skill>{}</skill>"``: a tiny Knowledge Weaver
+    curator whose ``format_actions`` are whole entries).
     """
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -89,14 +92,14 @@ def build_tiny_model(
     )
     model = Qwen2ForCausalLM(config)
     if format_steps:
-        _format_warmup(model, tokenizer, format_actions, format_steps, seed)
+        _format_warmup(model, tokenizer, format_actions, format_steps, seed, reply_template)
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.save_pretrained(out)
     return out
 
 
-def _format_warmup(model, tokenizer, actions: tuple[str, ...], steps: int, seed: int) -> None:
+def _format_warmup(model, tokenizer, actions: tuple[str, ...], steps: int, seed: int, reply_template: str) -> None:
     """Teach the reply format in multi-turn context (0–5 earlier turns), loss on the reply only."""
     import random
 
@@ -108,11 +111,11 @@ def _format_warmup(model, tokenizer, actions: tuple[str, ...], steps: int, seed:
     def example() -> tuple[list[int], list[int]]:
         messages = [{"role": "system", "content": _CORPUS[0]}, {"role": "user", "content": observation}]
         for _ in range(rng.randint(0, 5)):
-            messages.append({"role": "assistant", "content": f"<action>{rng.choice(actions)}</action>"})
+            messages.append({"role": "assistant", "content": reply_template.format(rng.choice(actions))})
             messages.append({"role": "user", "content": observation})
         prompt = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
         prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
-        reply = tokenizer(f"<action>{rng.choice(actions)}</action><|im_end|>", add_special_tokens=False)["input_ids"]
+        reply = tokenizer(reply_template.format(rng.choice(actions)) + "<|im_end|>", add_special_tokens=False)["input_ids"]
         return prompt_ids, reply
 
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)

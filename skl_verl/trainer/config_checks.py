@@ -107,6 +107,8 @@ ESTIMATOR_OPTIONS: dict[str, dict[str, Option]] = {
     "skl_grpo": {"norm": _NORM, "eps": _EPS},
     "skl_rloo": {},
     "skl_gae": {},  # verl's algorithm.gamma and algorithm.lam
+    "knowledge_weaver": {"eps": Option(float, 1e-5, low=0), "kl_clip": Option(float, 10.0, low=0),
+                         "clip": Option(float, 20.0, low=0)},
     "gigpo": {"gamma": _fraction(0.95), "step_advantage_weight": _weight(1.0), "norm": _NORM, "eps": _EPS},
 }
 """``algorithm.<estimator>.*``."""

@@ -70,10 +70,11 @@ ESTIMATOR_LOOPS = {
     "skillrise": "skl_verl.skillrise.loop.SkillRiseAgentLoop",
     "skl_sd": "skl_verl.skl.sd_loop.SklSdAgentLoop",
     "skl_rl": "skl_verl.skl.rl_loop.SklRlAgentLoop",
+    "knowledge_weaver": "skl_verl.knowledge_weaver.loop.KnowledgeWeaverCuratorLoop",
 }
 """Estimators that read the fields only one agent loop (or a subclass) writes."""
 
-PROPAGATED_ENV_VARS = ("ALFWORLD_DATA", "WEBSHOP_URL", "WEBSHOP_GOALS_FILE", "STOCKFISH_PATH", "VERL_FILE_LOGGER_PATH",
+PROPAGATED_ENV_VARS = ("ALFWORLD_DATA", "KW_EXECUTOR_URL", "KW_EMBEDDING_MODEL", "WEBSHOP_URL", "WEBSHOP_GOALS_FILE", "STOCKFISH_PATH", "VERL_FILE_LOGGER_PATH",
                        "TENSORBOARD_DIR")
 """Environment variables of the launching shell that Ray's processes (envs, loggers) must see too."""
 
@@ -166,6 +167,10 @@ def prepare_config(config: DictConfig) -> DictConfig:
     from skl_verl.trainer.config_checks import check_config, estimator_options
 
     check_config(config)
+    if estimator == "knowledge_weaver":
+        from skl_verl.knowledge_weaver.settings import check_kw_run
+
+        check_kw_run(config)
     if estimator == "skl_sd":
         from skl_verl.skl.losses import OBJECTIVE_LOSS_MODES
 

@@ -20,6 +20,9 @@ def register(with_trainer: bool = True) -> None:
     """Estimators, policy losses, distillation losses and agent loops; with ``with_trainer`` also the
     ``skl_sync`` trainer (which pulls in Ray and TransferQueue)."""
     global _TRAINER_REGISTERED
+    import skl_verl.knowledge_weaver.credit  # noqa: F401  (estimator knowledge_weaver)
+    import skl_verl.knowledge_weaver.hook  # noqa: F401  (step hook: bank admission)
+    import skl_verl.knowledge_weaver.loop  # noqa: F401  (kw_curator)
     import skl_verl.rollout.env_loop  # noqa: F401  (skl_env)
     import skl_verl.rollout.stateful_loop  # noqa: F401  (skl_stateful)
     import skl_verl.skillrise.credit  # noqa: F401  (estimator skillrise)

@@ -9,6 +9,7 @@ from verl.trainer.ppo import core_algos
 
 from skl_verl.trainer.estimators import SAMPLE_FIELDS_ATTR, TERM_WEIGHT_FNS, compute_advantage, set_token_level_scores
 from skl_verl.trainer.metrics import episode_metrics, loss_term_metrics
+from skl_verl.trainer.step_hooks import run_step_hooks
 
 
 def register_sync_trainer() -> None:
@@ -22,9 +23,9 @@ def register_sync_trainer() -> None:
     @register_trainer("skl_sync")
     class SklPPOTrainerSync(PPOTrainerSync):
         """verl's synchronous trainer, changed only in the advantage step: it logs our per-episode
-        ``env/*`` metrics, and estimators flagged ``wants_sample_fields`` get our per-sample fields (and
-        old/reference log-probs), with verl's padding rows left out of estimators and metrics and
-        ``rm_scores`` set to each sample's own score (verl gives every output of a multi-output loop
+        ``env/*`` metrics, runs the recipes' step hooks (``step_hooks``), and estimators flagged
+        ``wants_sample_fields`` get our per-sample fields (and old/reference log-probs), with verl's
+        padding rows left out of estimators and metrics and ``rm_scores`` set to each sample's own score (verl gives every output of a multi-output loop
         the last one's reward, which its score/reward metrics would report)."""
 
         # verl branches on ``trainer_mode == "sync"`` (replay buffer, refill, checkpoints, prompt
@@ -67,6 +68,7 @@ def register_sync_trainer() -> None:
             rows = compute_advantage(rows, algorithm)
             metrics.update(episode_metrics(rows.non_tensor_batch))
             metrics.update(loss_term_metrics(rows))
+            metrics.update(run_step_hooks(rows, self.config, self.global_steps))
 
             written = ["advantages", "returns", "token_level_rewards", "rm_scores"]
             rows.batch["rm_scores"] = rows.batch["token_level_scores"]

@@ -26,15 +26,16 @@ step mode every turn is a sample of up to the full prompt length."""
 
 
 def smoke_agent_loops(out_dir: Path) -> Path:
-    """Our agent-loop YAML with every loop's ``max_turns`` capped at SMOKE_MAX_TURNS (the one loop
-    option a smoke changes; everything else is the recipe's own)."""
+    """Our agent-loop YAML with every env-playing loop's ``max_turns`` capped at SMOKE_MAX_TURNS (the
+    one loop option a smoke changes; everything else is the recipe's own)."""
     from omegaconf import OmegaConf
 
     from skl_verl.trainer.registration import AGENT_LOOP_CONFIG
 
     entries = OmegaConf.to_container(OmegaConf.load(AGENT_LOOP_CONFIG))
     for entry in entries:
-        entry["max_turns"] = min(int(entry.get("max_turns", SMOKE_MAX_TURNS)), SMOKE_MAX_TURNS)
+        if "max_turns" in entry:
+            entry["max_turns"] = min(int(entry["max_turns"]), SMOKE_MAX_TURNS)
     path = out_dir / "smoke_agent_loops.yaml"
     OmegaConf.save(OmegaConf.create(entries), path)
     return path

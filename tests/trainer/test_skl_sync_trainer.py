@@ -39,6 +39,7 @@ def trainer(config, estimator, **algorithm):
     config = OmegaConf.merge(config, {"algorithm": {"adv_estimator": estimator, **algorithm}})
     instance = object.__new__(get_trainer_cls("skl_sync"))  # only the advantage step is exercised
     instance.config = config
+    instance.global_steps = 1  # what verl's fit loop has set when the first step's advantages are computed
     if config.algorithm.use_kl_in_reward:
         instance.kl_ctrl_in_reward = core_algos.get_kl_controller(config.algorithm.kl_ctrl)
     return instance

@@ -1,0 +1,143 @@
+"""Build what a Knowledge Weaver run reads, from the same composed recipe config as the run itself:
+
+    python -m skl_verl.knowledge_weaver.build pool    --config-path recipes/knowledge_weaver/config \\
+        --config-name kw_alfworld [hydra overrides...]
+    python -m skl_verl.knowledge_weaver.build dataset --config-path ... --config-name ... [overrides]
+
+``pool``: the initial trajectory pool (``kw.pool.initial``): the frozen executor with no guidance on
+``--per-type`` train tasks of every type (the authors: 50 per ALFWorld type, 300 in all), usable
+episodes only. ``dataset``: ``trainer.total_training_steps`` blocks of ``data.train_batch_size`` rows,
+one row per context slot of the step plan (``state.step_plan``), in step order, written to
+``data.train_files`` (and ``data.val_files`` when it names another file).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+from skl_verl.knowledge_weaver.entries import NO_GUIDANCE
+from skl_verl.knowledge_weaver.pool import PoolEpisode, is_usable, write_pool
+from skl_verl.knowledge_weaver.settings import KWSettings, kw_settings
+from skl_verl.knowledge_weaver.state import step_plan
+
+ALFWORLD_TYPE_ORDER = ("Pick", "Clean", "Heat", "Cool", "Look", "Pick2")
+"""The paper's order of the ALFWorld types (its tables; the step plan rotates it)."""
+
+
+def task_types(settings: KWSettings) -> list[str]:
+    """The env's task types in their canonical order (``kw.single_type`` makes one)."""
+    from skl_verl.knowledge_weaver.loop import env_task_specs, task_type_of
+
+    present = {task_type_of(s, settings) for s in env_task_specs(settings)}
+    ordered = [t for t in ALFWORLD_TYPE_ORDER if t in present]
+    return ordered + sorted(present - set(ordered))
+
+
+def dataset_rows(config: DictConfig) -> list[dict[str, Any]]:
+    settings = kw_settings(config)
+    steps, batch, set_size = int(config.trainer.total_training_steps), int(config.data.train_batch_size), settings.mi["set_size"]
+    if batch % set_size:
+        raise ValueError(f"data.train_batch_size={batch} is not a whole number of MI sets of kw.mi.set_size={set_size}")
+    types = task_types(settings)
+    env_spec = json.dumps({"name": settings.env_name, "kwargs": settings.env_kwargs}, sort_keys=True)
+    rows = []
+    for step in range(steps):
+        plan = step_plan(types, settings.seed, step, slots=batch)
+        for slot, task_type in enumerate(plan):
+            first = slot - slot % set_size
+            members = list(range(first, first + set_size))
+            rows.append({
+                "data_source": f"kw_{settings.env_name}",
+                "prompt": [{"role": "user", "content": f"Knowledge Weaver step {step} context {slot}."}],
+                "reward_model": {"style": "kw", "ground_truth": ""},
+                "extra_info": {
+                    "index": len(rows),
+                    "env_spec": env_spec,
+                    "kw_step": step,
+                    "kw_slot": slot,
+                    "kw_task_type": task_type,
+                    "kw_set_slots": json.dumps(members),
+                    "kw_set_types": json.dumps([plan[m] for m in members]),
+                    "kw_types": json.dumps(types),
+                },
+            })
+    return rows
+
+
+async def collect_pool(settings: KWSettings, per_type: int, seed: int) -> list[PoolEpisode]:
+    from skl_verl.knowledge_weaver.loop import (
+        _PROCESS,
+        RewardTask,
+        env_task_specs,
+        task_description,
+        task_type_of,
+    )
+    from skl_verl.rollout.env_loop import stable_seed
+    from skl_verl.rollout.env_pool import ENV_POOL
+
+    executor = _PROCESS.executor(settings)
+    by_type: dict[str, list[Any]] = {}
+    for spec in sorted(env_task_specs(settings), key=lambda s: s.task_id):
+        by_type.setdefault(task_type_of(spec, settings), []).append(spec)
+    rng = random.Random(seed)
+    chosen = [(t, spec) for t, specs in sorted(by_type.items()) for spec in rng.sample(specs, min(per_type, len(specs)))]
+    semaphore = asyncio.Semaphore(settings.executor["max_parallel_episodes"])
+
+    async def play(task_type: str, spec: Any) -> PoolEpisode:
+        task = RewardTask(spec.task_id, stable_seed(f"{seed}:pool:{spec.task_id}"), task_description(spec, ""), ())
+        async with semaphore:
+            with ENV_POOL.lease(settings.env_name, settings.env_kwargs) as env:
+                episode = await executor.play(env, task.task_id, NO_GUIDANCE, task.seed, request_id=f"pool:{task.task_id}",
+                                              task_text=task.description)
+        return PoolEpisode(task_type, episode)
+
+    return list(await asyncio.gather(*(play(t, spec) for t, spec in chosen)))
+
+
+def compose(config_path: str, config_name: str, overrides: list[str]) -> DictConfig:
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(Path(config_path).resolve()), version_base=None):
+        return hydra_compose(config_name=config_name, overrides=overrides)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="Build the Knowledge Weaver pool or dataset from a recipe config.")
+    parser.add_argument("what", choices=("pool", "dataset"))
+    parser.add_argument("--config-path", required=True)
+    parser.add_argument("--config-name", required=True)
+    parser.add_argument("--per-type", type=int, default=50, help="pool: tasks per type (the authors: 50)")
+    parser.add_argument("--seed", type=int, default=0, help="pool: which tasks and executor seeds")
+    args, overrides = parser.parse_known_args(argv)
+    config = compose(args.config_path, args.config_name, overrides)
+    settings = kw_settings(config)
+    if args.what == "pool":
+        records = asyncio.run(collect_pool(settings, args.per_type, args.seed))
+        usable = [r for r in records if is_usable(r.episode)]
+        path = write_pool(settings.pool["initial"], usable)
+        won = sum(r.episode.won for r in usable)
+        print(f"wrote {len(usable)} usable episodes of {len(records)} ({won} won) to {path}")
+        if not usable:
+            raise SystemExit("error: the executor produced no usable episode; the curator would have no context")
+    else:
+        from skl_verl.rollout.data import write_parquet
+
+        rows = dataset_rows(config)
+        files = {str(config.data.train_files), str(config.data.val_files)}
+        for path in sorted(files):
+            write_parquet(rows, path)
+            print(f"wrote {len(rows)} context rows ({config.trainer.total_training_steps} steps) to {path}")
+
+
+if __name__ == "__main__":
+    main()

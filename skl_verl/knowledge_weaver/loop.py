@@ -1,0 +1,363 @@
+"""``kw_curator``: one Knowledge Weaver curator session (paper §3; design §1.2 and §3.7).
+
+A dataset row is one trajectory context x_i of step j (its slot); verl's ``rollout.n`` sessions of the
+row are one group of G candidates. Each session:
+1. builds its context (4 pool trajectories of the slot's task type) and samples one candidate z;
+2. if z is not a valid entry, scores the format penalty (no executor run, no MI credit);
+3. else runs the frozen executor on the group's shared reward tasks D_i with z alone (singleton:
+   SR), and with the retrieved bank entries plus z (augmented); the bank-only runs are made once per
+   group (the first session of the group starts them, the others await the same result), so
+   MSR = mean(augmented - bank-only) pairs every task with one shared baseline;
+4. rescores z under every context of its MI comparison set on the rollout server (Eq. 6 credit);
+5. returns one sample: R = lambda_SR * SR + lambda_MSR * MSR + valid bonus, with the token credit.
+Contexts, reward tasks and executor seeds depend only on (seed, step, slot), so every session (and a
+replayed step) sees the same ones. The bank of step j is read-only here; the driver's step hook admits
+new entries after the step (``hook``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import random
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from verl.experimental.agent_loop.agent_loop import (
+    AgentLoopBase,
+    AgentLoopOutput,
+    register,
+)
+
+from skl_verl.knowledge_weaver.credit import mi_token_credit, rescore_under_contexts
+from skl_verl.knowledge_weaver.entries import (
+    body_token_mask,
+    format_guidance,
+    parse_entry,
+)
+from skl_verl.knowledge_weaver.executor import ExecutorEpisode, FrozenExecutor
+from skl_verl.knowledge_weaver.pool import (
+    PoolEpisode,
+    PoolStore,
+    is_usable,
+    sample_context,
+)
+from skl_verl.knowledge_weaver.prompts import fit_curator_prompt
+from skl_verl.knowledge_weaver.retrieval import (
+    BankEntry,
+    BM25Retriever,
+    HFMeanPoolRetriever,
+    retrieval_query,
+)
+from skl_verl.knowledge_weaver.settings import KWSettings, kw_settings
+from skl_verl.knowledge_weaver.state import BankStore, Entry
+from skl_verl.rollout.env_loop import single_turn_output, stable_seed, weight_versions
+from skl_verl.rollout.env_pool import ENV_POOL
+from skl_verl.trainer import sample_fields as sf
+
+PHASE = "curate"
+
+
+@dataclass(frozen=True)
+class RewardTask:
+    task_id: str
+    seed: int
+    description: str
+    retrieved: tuple[str, ...]
+    """Bodies of the bank entries retrieved for this task (top-m of bank(j)), best first."""
+
+
+@dataclass
+class GroupBaseline:
+    """What the G sessions of one context share: D_i, its retrievals, and the bank-only wins."""
+
+    tasks: list[RewardTask]
+    bank_only_wins: list[bool]
+    episodes: int
+
+
+def task_description(spec: Any, observation: str) -> str:
+    metadata = getattr(spec, "metadata", {}) or {}
+    return str(metadata.get("goal") or metadata.get("instruction") or observation)
+
+
+def task_type_of(spec: Any, settings: KWSettings) -> str:
+    return settings.single_type or spec.family
+
+
+@functools.cache
+def _env_specs(env_name: str, env_kwargs_json: str) -> tuple[Any, ...]:
+    from envs import make_env
+
+    env = make_env(env_name, **json.loads(env_kwargs_json))
+    try:
+        return tuple(env.tasks())
+    finally:
+        env.close()
+
+
+def env_task_specs(settings: KWSettings) -> tuple[Any, ...]:
+    return _env_specs(settings.env_name, json.dumps(settings.env_kwargs, sort_keys=True))
+
+
+def reward_tasks(settings: KWSettings, task_type: str, step: int, slot: int) -> list[tuple[str, int]]:
+    """D_i: ``kw.reward.tasks`` (task id, executor seed) pairs of the slot's type, the same for every
+    session of the group and every condition."""
+    ids = sorted(s.task_id for s in env_task_specs(settings) if task_type_of(s, settings) == task_type)
+    if not ids:
+        raise ValueError(f"{settings.env_name} has no task of type {task_type!r} for the reward tasks")
+    rng = random.Random(stable_seed(f"{settings.seed}:{step}:{slot}:reward-tasks"))
+    count = settings.reward["tasks"]
+    chosen = rng.sample(ids, count) if len(ids) >= count else [rng.choice(ids) for _ in range(count)]
+    return [(task_id, stable_seed(f"{settings.seed}:{step}:{slot}:{k}:{task_id}")) for k, task_id in enumerate(chosen)]
+
+
+class _Process:
+    """What the sessions of one agent-loop worker process share: stores, the executor, the retriever,
+    built contexts and group baselines (keyed by state dir, step and slot; older steps are dropped)."""
+
+    def __init__(self) -> None:
+        self.executors: dict[str, FrozenExecutor] = {}
+        self.retrievers: dict[str, Any] = {}
+        self.semaphores: dict[int, asyncio.Semaphore] = {}
+        self.contexts: dict[tuple, asyncio.Task] = {}
+        self.baselines: dict[tuple, asyncio.Task] = {}
+        self.current_step: dict[str, int] = {}
+
+    def executor(self, settings: KWSettings) -> FrozenExecutor:
+        key = json.dumps([settings.executor_client, settings.executor], sort_keys=True, default=str)
+        if key not in self.executors:
+            import hydra
+            from transformers import AutoTokenizer
+
+            tokenizer = AutoTokenizer.from_pretrained(settings.executor["tokenizer"])
+            options = settings.executor
+            client = hydra.utils.instantiate(settings.executor_client, tokenizer=tokenizer,
+                                             max_new_tokens=options["max_tokens"], _convert_="all")
+            self.executors[key] = FrozenExecutor(
+                client, tokenizer, max_steps=options["max_steps"], max_tokens=options["max_tokens"],
+                memory_steps=options["memory_steps"], observation_chars=options["observation_chars"],
+                env_timeout_s=options["env_timeout_s"],
+            )
+        return self.executors[key]
+
+    def retriever(self, settings: KWSettings) -> Any:
+        options = settings.retrieval
+        key = json.dumps(options, sort_keys=True)
+        if key not in self.retrievers:
+            if options["backend"] == "bm25":
+                self.retrievers[key] = BM25Retriever()
+            else:
+                self.retrievers[key] = HFMeanPoolRetriever(options["model"], max_length=options["max_length"],
+                                                           batch_size=options["batch_size"], device=options["device"])
+        return self.retrievers[key]
+
+    def episode_slots(self, settings: KWSettings) -> asyncio.Semaphore:
+        loop_id = id(asyncio.get_running_loop())
+        if loop_id not in self.semaphores:
+            self.semaphores[loop_id] = asyncio.Semaphore(settings.executor["max_parallel_episodes"])
+        return self.semaphores[loop_id]
+
+    def single_flight(self, table: dict[tuple, asyncio.Task], key: tuple, make) -> tuple[asyncio.Task, bool]:
+        """The task computing ``key`` (started now by ``make()`` if nobody has); True if started here."""
+        state_dir, step = key[0], key[1]
+        if self.current_step.get(state_dir, -1) < step:  # a new step: earlier steps' entries are done with
+            for stale in [k for k in {**self.contexts, **self.baselines} if k[0] == state_dir and k[1] < step]:
+                self.contexts.pop(stale, None)
+                self.baselines.pop(stale, None)
+            self.current_step[state_dir] = step
+        if key in table:
+            return table[key], False
+        table[key] = asyncio.ensure_future(make())
+        return table[key], True
+
+
+_PROCESS = _Process()
+
+
+@register("kw_curator")
+class KnowledgeWeaverCuratorLoop(AgentLoopBase):
+    """Settings come from the trainer config's ``kw:`` section (``settings.kw_settings``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.kw = kw_settings(self.config)
+        self.response_length = self.rollout_config.response_length
+        self.prompt_budget = int(self.config.data.max_prompt_length)
+
+    async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
+        info = kwargs["extra_info"]
+        step, slot = int(info["kw_step"]), int(info["kw_slot"])
+        global_steps = kwargs.get("global_steps")
+        if global_steps is not None and int(global_steps) - 1 != step:
+            raise ValueError(f"dataset row of kw_step {step} played at trainer step {global_steps}: the KW dataset "
+                             "is one block of rows per step, in order (data.shuffle must be false)")
+        set_slots = [int(s) for s in json.loads(info["kw_set_slots"])]
+        set_types = list(json.loads(info["kw_set_types"]))
+        task_type = set_types[set_slots.index(slot)]
+        session = int(kwargs.get("session_id", 0) or 0)
+        trajectory_id = f"{kwargs.get('uid', f'kw{step}-{slot}')}_{session}"
+        banks = BankStore(self.kw.state_dir)
+        bank = banks.bank(step)
+
+        contexts = await asyncio.gather(*(self._context(step, s, t) for s, t in zip(set_slots, set_types)))
+        prompt_ids = contexts[set_slots.index(slot)]
+        params = {**sampling_params, "max_tokens": self.response_length}
+        output = await self.server_manager.generate(request_id=trajectory_id, prompt_ids=prompt_ids, sampling_params=params)
+        response_ids = list(output.token_ids)[: self.response_length]
+        reply = self.tokenizer.decode(response_ids, skip_special_tokens=False)
+        parsed = parse_entry(reply, max_words=self.kw.entry["max_words"])
+        fields: dict[str, Any] = {
+            sf.TRAJECTORY_ID: trajectory_id,
+            sf.SEQUENCE_ID: f"kw{step}:{slot}",
+            sf.POSITION: 0,
+            sf.PHASE: PHASE,
+            sf.TOKEN_CREDIT: None,
+            "skl_kw_step": step,
+            "skl_kw_slot": slot,
+            "skl_kw_candidate": slot * int(self.rollout_config.n) + session,
+            "skl_kw_task_type": task_type,
+            "skl_kw_types": info["kw_types"],
+            "skl_kw_valid": parsed.valid,
+            "skl_kw_error": parsed.error,
+            "skl_kw_entry": parsed.body,
+            "skl_kw_sr": None,
+            "skl_kw_msr": None,
+            "skl_kw_bank_only_sr": None,
+            "skl_kw_aug_sr": None,
+            "skl_kw_bank_only_runs": 0,
+            "skl_kw_executor_episodes": 0,
+            "skl_kw_retrieved": None,
+            "skl_kw_mi_credit": None,
+            "skl_kw_mi_clip_frac": None,
+            "skl_failed": False,
+        }
+        reward = self.kw.reward
+        score = float(reward["invalid_penalty"])
+        if parsed.valid:
+            body_mask = body_token_mask(self.tokenizer, response_ids, parsed.body_span)
+            outcome, credit = await asyncio.gather(
+                self._execute(step, slot, task_type, bank, parsed.body, trajectory_id),
+                self._mi_credit(contexts, set_slots.index(slot), response_ids, body_mask, trajectory_id),
+            )
+            score = reward["lambda_sr"] * outcome["sr"] + reward["lambda_msr"] * outcome["msr"] + reward["valid_bonus"]
+            fields.update({f"skl_kw_{k}": v for k, v in outcome.items() if k != "episodes_for_pool"})
+            fields["skl_failed"] = outcome["failed_episodes"] > 0
+            if credit is not None:
+                fields[sf.TOKEN_CREDIT] = credit.tolist()
+                on_body = credit[torch.as_tensor(body_mask, dtype=torch.bool)]
+                fields["skl_kw_mi_credit"] = float(on_body.mean()) if on_body.numel() else 0.0
+                fields["skl_kw_mi_clip_frac"] = (float((on_body >= self.kw.mi["cap"]).double().mean())
+                                                 if on_body.numel() else 0.0)
+            if self.kw.pool["use_previous_step"]:
+                usable = [PoolEpisode(task_type, e) for e in outcome["episodes_for_pool"] if is_usable(e)]
+                PoolStore(self.kw.state_dir, self.kw.pool["initial"], True).record(step, trajectory_id, usable)
+        fields.pop("skl_kw_failed_episodes", None)
+        versions = weight_versions(output) or [max(step, 0)]
+        version_fields = {"min_global_steps": min(versions), "max_global_steps": max(versions)}
+        return single_turn_output(prompt_ids, response_ids, float(score), fields, output.log_probs, version_fields)
+
+    async def _context(self, step: int, slot: int, task_type: str) -> list[int]:
+        """x_slot of step j: the curator prompt over 4 pool trajectories of the slot's type."""
+
+        async def build() -> list[int]:
+            pool = PoolStore(self.kw.state_dir, self.kw.pool["initial"], self.kw.pool["use_previous_step"]).pool(step)
+            episodes = sample_context(pool, task_type, self.kw.context["trajectories"],
+                                      seed=stable_seed(f"{self.kw.seed}:{step}:{slot}:context"))
+            _, ids, _ = fit_curator_prompt(self.tokenizer, self.kw.env_name, task_type, episodes, self.prompt_budget,
+                                           max_words=self.kw.entry["max_words"],
+                                           chat_template_kwargs=dict(self.apply_chat_template_kwargs or {}))
+            return ids
+
+        task, _ = _PROCESS.single_flight(_PROCESS.contexts, (self.kw.state_dir, step, slot), build)
+        return list(await asyncio.shield(task))
+
+    async def _play(self, task: RewardTask, guidance: str, request_id: str) -> ExecutorEpisode:
+        executor = _PROCESS.executor(self.kw)
+        async with _PROCESS.episode_slots(self.kw):
+            with ENV_POOL.lease(self.kw.env_name, self.kw.env_kwargs) as env:
+                return await executor.play(env, task.task_id, guidance, task.seed, request_id=request_id,
+                                           task_text=task.description)
+
+    async def _baseline(self, step: int, slot: int, task_type: str, bank: list[Entry]) -> tuple[GroupBaseline, bool]:
+        """The group's reward tasks, their retrievals and bank-only wins: computed by the first session
+        that needs them, awaited by the others."""
+
+        async def build() -> GroupBaseline:
+            specs = {s.task_id: s for s in env_task_specs(self.kw)}
+            chosen = reward_tasks(self.kw, task_type, step, slot)
+            descriptions = [task_description(specs[task_id], "") for task_id, _ in chosen]
+            retrieved: list[tuple[str, ...]] = [()] * len(chosen)
+            use_bank = self.kw.bank["enabled"] and bank and self.kw.bank["top_m"] > 0
+            if use_bank:
+                observations = await asyncio.gather(*(self._first_observation(t, seed) for t, seed in chosen))
+                queries = [retrieval_query(task_type, d or o, o) for d, o in zip(descriptions, observations)]
+                entries = [BankEntry(e.entry_id, e.text) for e in bank]
+                ranked = _PROCESS.retriever(self.kw).rank(queries, entries, self.kw.bank["top_m"])
+                retrieved = [tuple(bank[i].text for i in row) for row in ranked]
+            tasks = [RewardTask(t, seed, d, r) for (t, seed), d, r in zip(chosen, descriptions, retrieved)]
+            if not self.kw.bank["enabled"]:
+                return GroupBaseline(tasks, [], 0)
+            episodes = await asyncio.gather(*(
+                self._play(task, format_guidance(list(task.retrieved)), f"kw{step}:{slot}:bank:{k}")
+                for k, task in enumerate(tasks)
+            ))
+            return GroupBaseline(tasks, [e.won for e in episodes], len(episodes))
+
+        task, started = _PROCESS.single_flight(_PROCESS.baselines, (self.kw.state_dir, step, slot), build)
+        return await asyncio.shield(task), started
+
+    async def _first_observation(self, task_id: str, seed: int) -> str:
+        from skl_verl.rollout.env_runtime import guarded_call
+
+        with ENV_POOL.lease(self.kw.env_name, self.kw.env_kwargs) as env:
+            observation, _ = await guarded_call(env.reset, task_id, seed=seed, timeout_s=self.kw.executor["env_timeout_s"])
+            return observation
+
+    async def _execute(self, step: int, slot: int, task_type: str, bank: list[Entry], body: str,
+                       trajectory_id: str) -> dict[str, Any]:
+        """SR, MSR and the runs behind them for one valid candidate."""
+        baseline, started = await self._baseline(step, slot, task_type, bank)
+        tasks = baseline.tasks
+        singles = await asyncio.gather(*(
+            self._play(task, format_guidance([body]), f"{trajectory_id}:single:{k}") for k, task in enumerate(tasks)
+        ))
+        sr_wins = [e.won for e in singles]
+        episodes = len(singles)
+        if not self.kw.bank["enabled"]:
+            augmented_wins, bank_only = sr_wins, [False] * len(tasks)
+        else:
+            bank_only = baseline.bank_only_wins
+            with_entries = [k for k, task in enumerate(tasks) if task.retrieved]
+            augmented = await asyncio.gather(*(
+                self._play(tasks[k], format_guidance([*tasks[k].retrieved, body]), f"{trajectory_id}:aug:{k}")
+                for k in with_entries
+            ))
+            episodes += len(augmented)
+            augmented_wins = list(sr_wins)  # nothing retrieved: the augmented guidance is the candidate alone
+            for k, episode in zip(with_entries, augmented):
+                augmented_wins[k] = episode.won
+        mean = lambda values: sum(map(float, values)) / len(values)
+        return {
+            "sr": mean(sr_wins),
+            "msr": mean([float(a) - float(b) for a, b in zip(augmented_wins, bank_only)]) if self.kw.bank["enabled"] else 0.0,
+            "bank_only_sr": mean(bank_only) if self.kw.bank["enabled"] else None,
+            "aug_sr": mean(augmented_wins) if self.kw.bank["enabled"] else None,
+            "bank_only_runs": int(started and self.kw.bank["enabled"]),
+            "executor_episodes": episodes + (baseline.episodes if started else 0),
+            "retrieved": mean([len(t.retrieved) for t in tasks]),
+            "failed_episodes": sum(e.status.startswith("failed") for e in singles),
+            "episodes_for_pool": singles,
+        }
+
+    async def _mi_credit(self, contexts: list[list[int]], own: int, response_ids: list[int], body_mask: list[int],
+                         request_id: str) -> torch.Tensor | None:
+        """Eq. 6 over the comparison set, on body tokens; None when MI credit is off."""
+        if not self.kw.mi["enabled"]:
+            return None
+        logprobs = await rescore_under_contexts(self.server_manager, contexts, response_ids, request_id)
+        credit = mi_token_credit(logprobs[None], torch.tensor([own]), torch.tensor([body_mask]),
+                                 weight=self.kw.mi["weight"], cap=self.kw.mi["cap"])
+        return credit[0]

@@ -1,0 +1,146 @@
+"""The recipe's ``kw:`` section (paper Table 4 defaults), checked once with every key named.
+
+The curator loop, the admission hook, the pool/dataset builder and the config check all read the
+section through ``kw_settings``, so the defaults and the checks cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from skl_verl.trainer.config_checks import Option, check_section, config_error
+
+_STR = Option(str, "")
+_OPTIONAL_STR = Option(str, None, optional=True)
+
+
+def _count(default: int, low: int = 1) -> Option:
+    return Option(int, default, low=low)
+
+
+def _number(default: float, low: float | None = None, high: float | None = None) -> Option:
+    return Option(float, default, low=low, high=high)
+
+
+SCHEMA: dict[str, dict[str, Option]] = {
+    "executor": {
+        "tokenizer": _STR,
+        "max_steps": _count(50),
+        "max_tokens": _count(192),
+        "memory_steps": _count(5, low=0),
+        "observation_chars": _count(1800),
+        "max_parallel_episodes": _count(64),
+        "env_timeout_s": _number(60.0, low=0),
+    },
+    "context": {"trajectories": _count(4)},
+    "reward": {
+        "tasks": _count(8),
+        "lambda_sr": _number(0.5, low=0),
+        "lambda_msr": _number(0.5, low=0),
+        "valid_bonus": _number(0.02),
+        "invalid_penalty": _number(-0.1),
+    },
+    "mi": {"enabled": Option(bool, True), "set_size": _count(8, low=2), "weight": _number(0.1, low=0),
+           "cap": _number(0.15, low=0)},
+    "bank": {
+        "enabled": Option(bool, True),
+        "top_m": _count(3, low=0),
+        "seed": _count(23000, low=0),
+        "warmup_steps": _count(20, low=0),
+        "warmup_types": _count(2),
+        "later_types": _count(1),
+        "per_type": Option(bool, True),
+        "casefold": Option(bool, False),
+    },
+    "pool": {"initial": _STR, "use_previous_step": Option(bool, True)},
+    "retrieval": {
+        "backend": Option(str, "hf_mean_pool", choices=("hf_mean_pool", "bm25")),
+        "model": _STR,
+        "max_length": _count(256),
+        "batch_size": _count(64),
+        "device": Option(str, "cpu"),
+    },
+    "entry": {"max_words": _count(100)},
+}
+TOP_LEVEL = {"state_dir": _STR, "seed": _count(23000, low=0), "single_type": _OPTIONAL_STR}
+"""``single_type``: every task is of this one type (WebShop); null: a task's type is its env family."""
+
+
+@dataclass(frozen=True)
+class KWSettings:
+    env_name: str
+    env_kwargs: dict[str, Any]
+    executor_client: dict[str, Any]
+    """A hydra ``_target_`` mapping that builds the executor's model client (verl's ``generate``)."""
+    state_dir: str
+    seed: int
+    single_type: str | None
+    executor: dict[str, Any]
+    context: dict[str, Any]
+    reward: dict[str, Any]
+    mi: dict[str, Any]
+    bank: dict[str, Any]
+    pool: dict[str, Any]
+    retrieval: dict[str, Any]
+    entry: dict[str, Any]
+
+
+def _plain(value: Any) -> Any:
+    return OmegaConf.to_container(value, resolve=True) if isinstance(value, DictConfig) else value
+
+
+def kw_settings(config: Any) -> KWSettings:
+    """The checked ``kw`` section of a trainer config (or of the section itself)."""
+    section = config.get("kw") if hasattr(config, "get") and "kw" in config else config
+    section = _plain(section)
+    if not isinstance(section, Mapping):
+        raise config_error("the knowledge_weaver estimator needs a kw: section (see recipes/knowledge_weaver/config)")
+    known = set(SCHEMA) | set(TOP_LEVEL) | {"env"}
+    for key in section:
+        if key not in known:
+            raise config_error(f"kw.{key} is not an option; known: {', '.join(sorted(known))}")
+    env = section.get("env") or {}
+    if not isinstance(env, Mapping) or not env.get("name"):
+        raise config_error("kw.env.name must name the env of the reward tasks and the pool (e.g. kw.env.name=alfworld)")
+    executor = dict(section.get("executor") or {})
+    client = executor.pop("client", None)
+    if not isinstance(client, Mapping) or "_target_" not in client:
+        raise config_error("kw.executor.client must be a mapping with a _target_ that builds the executor's model "
+                           "client (e.g. skl_verl.rollout.openai_client.OpenAICompletionsClient)")
+    top = check_section("kw", {k: v for k, v in section.items() if k in TOP_LEVEL}, TOP_LEVEL)
+    parts = {name: check_section(f"kw.{name}", dict(section.get(name) or {}) if name != "executor" else executor, schema)
+             for name, schema in SCHEMA.items()}
+    for key in ("state_dir",):
+        if not top[key]:
+            raise config_error(f"kw.{key} must be set")
+    if not parts["executor"]["tokenizer"]:
+        raise config_error("kw.executor.tokenizer must name the executor's tokenizer (a local path or hub id)")
+    if parts["retrieval"]["backend"] == "hf_mean_pool" and not parts["retrieval"]["model"]:
+        raise config_error("kw.retrieval.model must name the embedding model for backend hf_mean_pool")
+    return KWSettings(env_name=str(env["name"]), env_kwargs=dict(env.get("kwargs") or {}), executor_client=dict(client),
+                      state_dir=str(top["state_dir"]), seed=int(top["seed"]), single_type=top["single_type"], **parts)
+
+
+def check_kw_run(config: Any) -> KWSettings:
+    """What a Knowledge Weaver run needs beyond its ``kw:`` section, checked before any worker starts."""
+    settings = kw_settings(config)
+    if config.data.get("shuffle", True):
+        raise config_error("data.shuffle must be false: the KW dataset is one block of rows per step, in order")
+    batch, set_size = int(config.data.train_batch_size), settings.mi["set_size"]
+    if batch % set_size:
+        raise config_error(f"data.train_batch_size={batch} must be a whole number of MI comparison sets "
+                           f"(kw.mi.set_size={set_size})")
+    algorithm = config.algorithm
+    if algorithm.get("use_kl_in_reward", False):
+        if algorithm.kl_ctrl.get("type", "fixed") != "fixed":
+            raise config_error("algorithm.kl_ctrl.type must be fixed: beta of Eq. 16 is a constant (paper 0.01)")
+        if algorithm.get("kl_penalty", "kl") != "kl":
+            raise config_error("algorithm.kl_penalty must be kl: Eq. 15's kappa is l_beh - l_ref")
+    if config.actor_rollout_ref.actor.get("use_kl_loss", False):
+        raise config_error("actor_rollout_ref.actor.use_kl_loss must be false: Knowledge Weaver's KL term is in the "
+                           "advantage (Eq. 16), not in the loss")
+    return settings

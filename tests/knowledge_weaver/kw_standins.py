@@ -1,0 +1,49 @@
+"""Stand-ins for Knowledge Weaver tests: a frozen executor whose play follows its guidance (so which
+entries help is known), and a curator whose entries are scripted per session while its log-probs (for
+the MI rescoring) come from a real tiny model. Importable by Ray workers as ``kw_standins`` when
+tests/knowledge_weaver is on PYTHONPATH."""
+
+from __future__ import annotations
+
+import re
+
+from verl.workers.rollout.replica import TokenOutput
+
+MOVES = ("left", "down", "right", "up")
+
+
+class GuidanceFollowingExecutor:
+    """Plays the move words of its guidance in order, one per step (the step read from how many
+    memory steps the prompt shows), and ``left`` when the guidance names no move. Records every
+    request id, so tests can count the runs of each condition."""
+
+    def __init__(self, tokenizer, max_new_tokens: int = 16, **_):
+        self.tokenizer, self.requests = tokenizer, []
+
+    async def generate(self, request_id, *, prompt_ids, sampling_params, **_):
+        assert sampling_params["temperature"] == 0.0
+        self.requests.append(request_id)
+        text = self.tokenizer.decode(prompt_ids)
+        guidance = text.split("Guidance:\n", 1)[1].split("<|im_end|>", 1)[0]
+        words = re.findall(r"\b(" + "|".join(MOVES) + r")\b", guidance.lower())
+        step = text.count("Memory step ")
+        move = words[step % len(words)] if words else "left"
+        ids = self.tokenizer(f"Thought: follow the guidance.\nAction: {move}", add_special_tokens=False)["input_ids"]
+        return TokenOutput(token_ids=ids, log_probs=None)
+
+
+class ScriptedCurator:
+    """The rollout server for a curator: session s replies ``replies[s]``; prompt log-probs (MI
+    rescoring) come from ``scorer`` (an HFGenerationClient on a tiny model)."""
+
+    def __init__(self, tokenizer, scorer, replies: dict[int, str]):
+        self.tokenizer, self.scorer, self.replies = tokenizer, scorer, replies
+        self.rescored: list[tuple[str, list[int]]] = []
+
+    async def generate(self, request_id, *, prompt_ids, sampling_params, **_):
+        if sampling_params.get("prompt_logprobs") is not None:
+            self.rescored.append((request_id, list(prompt_ids)))
+            return await self.scorer.generate(request_id, prompt_ids=prompt_ids, sampling_params=sampling_params)
+        session = int(str(request_id).rsplit("_", 1)[1])
+        ids = self.tokenizer(self.replies[session], add_special_tokens=False)["input_ids"] + [self.tokenizer.eos_token_id]
+        return TokenOutput(token_ids=ids, log_probs=[-1.0] * len(ids))
