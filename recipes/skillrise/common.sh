@@ -9,16 +9,12 @@ require_int K 1 3
 build_sequences() {
   check_resources
   local out="$DATA_DIR/$1.parquet"
-  if [ "$DRY_RUN" = false ] && [ ! -f "$out" ]; then
-    "$PYTHON" -m skl_verl.skillrise.build_dataset --env "$ENV_NAME" --env-kwargs "$2" --k "$K" --seed "$SEED" --out "$out"
-  fi
+  build_missing "$out" "$PYTHON" -m skl_verl.skillrise.build_dataset --env "$ENV_NAME" --env-kwargs "$2" --k "$K" --seed "$SEED" --out "$out"
 }
 
 # build_attempts NAME ENV_KWARGS_JSON -> $DATA_DIR/NAME.parquet (each task attempted K times in a row: LaMer)
 build_attempts() {
   check_resources
   local out="$DATA_DIR/$1.parquet"
-  if [ "$DRY_RUN" = false ] && [ ! -f "$out" ]; then
-    "$PYTHON" -m skl_verl.skillrise.build_dataset --env "$ENV_NAME" --env-kwargs "$2" --attempts "$K" --out "$out"
-  fi
+  build_missing "$out" "$PYTHON" -m skl_verl.skillrise.build_dataset --env "$ENV_NAME" --env-kwargs "$2" --attempts "$K" --out "$out"
 }
