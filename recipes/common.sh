@@ -40,15 +40,25 @@ check_resources() {
   fi
 }
 
+# build_missing OUT COMMAND...: run COMMAND (which writes OUT) unless OUT exists; a dry run builds
+# nothing and prints the command, shell-quoted, so the data a run would train on can be checked.
+build_missing() {
+  local out=$1
+  shift
+  if [ "$DRY_RUN" = true ]; then
+    echo "dry run: would build $out unless it exists:$(printf ' %q' "$@")"
+  elif [ ! -f "$out" ]; then
+    "$@"
+  fi
+}
+
 # build_tasks NAME ENV_KWARGS_JSON [VAL_AGENT_LOOP] -> $DATA_DIR/NAME.parquet (one row per task).
 # Rows name no loop (the config's default_agent_loop plays them) unless VAL_AGENT_LOOP is given for a
 # validation set played by the config's skl.val_agent_loop.
 build_tasks() {
   check_resources
   local out="$DATA_DIR/$1.parquet"
-  if [ "$DRY_RUN" = false ] && [ ! -f "$out" ]; then
-    "$PYTHON" -m skl_verl.rollout.data --env "$ENV_NAME" --env-kwargs "$2" ${3:+--agent-loop "$3"} --out "$out"
-  fi
+  build_missing "$out" "$PYTHON" -m skl_verl.rollout.data --env "$ENV_NAME" --env-kwargs "$2" ${3:+--agent-loop "$3"} --out "$out"
 }
 
 train() {

@@ -24,6 +24,7 @@ from typing import Any, Mapping
 
 from omegaconf import DictConfig, OmegaConf
 
+from envs import ENV_CLASSES
 from reward_fns import REWARD_FNS
 
 
@@ -268,7 +269,8 @@ def check_config(config: DictConfig) -> None:
         if problem:
             raise _fail(key, option, problem, hint)
     skl = config.get("skl") or {}
-    known = {"dry_run": Option(bool, False), "recipe": Option(str, ""), "val_agent_loop": Option(str, "", optional=True)}
+    known = {"dry_run": Option(bool, False), "recipe": Option(str, ""), "val_agent_loop": Option(str, "", optional=True),
+             "env": Option(str, None, choices=tuple(ENV_CLASSES), optional=True)}
     check_section("skl", OmegaConf.to_container(skl) if isinstance(skl, DictConfig) else skl, known)
     path = OmegaConf.select(config, "actor_rollout_ref.rollout.agent.agent_loop_config_path")
     if path:

@@ -237,7 +237,7 @@ def main(config: DictConfig) -> None:
     # verl's own checks (batch sizes vs GPUs, micro/mini batch divisibility) need no GPU to run.
     validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
     if config.get("skl", {}).get("dry_run", False):
-        print(OmegaConf.to_yaml(config))
+        print(OmegaConf.to_yaml(config, resolve=True))  # as the trainer reads it: env-agnostic configs interpolate ${skl.env}
         for problem in problems:
             print(f"warning: {problem}")
         print("dry run: config composed and checked; not starting Ray.")

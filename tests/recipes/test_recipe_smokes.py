@@ -106,14 +106,14 @@ def test_no_curation_alfworld(tmp_path, tiny_model_dir, alfworld_data):
 
 
 def test_grpo_alfworld(tmp_path, tiny_model_dir, alfworld_data):
-    run = run_recipe(tmp_path, tiny_model_dir, "grpo_alfworld", script="skillrise/run_alfworld.sh", env=alfworld_data)
+    run = run_recipe(tmp_path, tiny_model_dir, "grpo", script="skillrise/run_alfworld.sh", env=alfworld_data)
     check_run(run)
     check_step_samples(run)
     assert not skillrise_metrics(run), skillrise_metrics(run)
 
 
 def test_gigpo_alfworld(tmp_path, tiny_model_dir, alfworld_data):
-    run = run_recipe(tmp_path, tiny_model_dir, "gigpo_alfworld", script="skillrise/run_alfworld.sh", env=alfworld_data)
+    run = run_recipe(tmp_path, tiny_model_dir, "gigpo", script="skillrise/run_alfworld.sh", env=alfworld_data)
     check_run(run)
     check_step_samples(run)
     assert not skillrise_metrics(run), skillrise_metrics(run)
@@ -121,14 +121,14 @@ def test_gigpo_alfworld(tmp_path, tiny_model_dir, alfworld_data):
 
 
 def test_rloo_alfworld(tmp_path, tiny_model_dir, alfworld_data):
-    run = run_recipe(tmp_path, tiny_model_dir, "rloo_alfworld", script="skillrise/run_alfworld.sh", env=alfworld_data)
+    run = run_recipe(tmp_path, tiny_model_dir, "rloo", script="skillrise/run_alfworld.sh", env=alfworld_data)
     check_run(run)
     check_step_samples(run)
     assert "'adv_estimator': 'skl_rloo'" in run.output or "adv_estimator: skl_rloo" in run.output
 
 
 def test_ppo_alfworld(tmp_path, tiny_model_dir, alfworld_data):
-    run = run_recipe(tmp_path, tiny_model_dir, "ppo_alfworld", script="skillrise/run_alfworld.sh", env=alfworld_data)
+    run = run_recipe(tmp_path, tiny_model_dir, "ppo", script="skillrise/run_alfworld.sh", env=alfworld_data)
     check_run(run)
     check_step_samples(run)
     keys = run.all_keys()
@@ -136,7 +136,7 @@ def test_ppo_alfworld(tmp_path, tiny_model_dir, alfworld_data):
 
 
 def test_lamer_alfworld(tmp_path, tiny_model_dir, alfworld_data):
-    run = run_recipe(tmp_path, tiny_model_dir, "lamer_alfworld", script="skillrise/run_alfworld.sh", env=alfworld_data)
+    run = run_recipe(tmp_path, tiny_model_dir, "lamer", script="skillrise/run_alfworld.sh", env=alfworld_data)
     check_run(run)
     check_step_samples(run)
     assert "env/solve_success_rate@1" in run.all_keys(), skillrise_metrics(run)  # the smokes' K = 2 attempts

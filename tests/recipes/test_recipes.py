@@ -1,6 +1,8 @@
 """Recipes compose on CPU with the paper's settings, and their run scripts' --dry-run works."""
 
+import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -8,6 +10,7 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
+from omegaconf import OmegaConf
 
 from skl_verl.trainer.entry import ConfigError, prepare_config
 
@@ -53,53 +56,101 @@ def test_skillrise_configs_carry_the_paper_settings(name):
     assert loop.history_window == {"alfworld": 50, "webshop": 50, "sciworld": 30}[env]
 
 
+BASELINES = {"grpo": "skl_grpo", "gigpo": "gigpo", "rloo": "skl_rloo", "ppo": "skl_gae", "lamer": "skillrise"}
+"""Each Table 1 baseline config and the estimator it trains with."""
+ENVS = ["alfworld", "webshop", "sciworld"]
+SHARED_LOOP_OPTIONS = ("sample_granularity", "step_history", "max_turns", "reward_fn", "reward_scale",
+                       "invalid_format_penalty", "env_step_timeout_s")
+"""What a baseline's loop must share with SkillRise's loop on the same env: the per-step prompt and the reward."""
+
+
+def baseline(method, env, overrides=()):
+    return load(method, [f"env={env}", *overrides])
+
+
+@pytest.mark.parametrize("env", ENVS)
+@pytest.mark.parametrize("method", sorted(BASELINES))
+def test_baselines_train_on_each_env_with_skillrise_settings(method, env):
+    config, skillrise = baseline(method, env), load(f"skillrise_{env}")
+    assert config.algorithm.adv_estimator == BASELINES[method]
+    assert plays_per_update(config) == 384
+    loop_name = config.actor_rollout_ref.rollout.agent.default_agent_loop
+    assert loop_name == f"{'lamer' if method == 'lamer' else 'step'}_{env}"
+    data_kind = {"lamer": "attempts_"}.get(method, "tasks_")
+    assert config.data.train_files.endswith(f"/{env}_{data_kind}train.parquet")
+    assert config.data.val_files.endswith(f"/{env}_{data_kind}val.parquet")
+    assert config.trainer.experiment_name == f"{method}_{env}"
+    for key in ("data.max_prompt_length", "data.max_response_length", "data.apply_chat_template_kwargs",
+                "actor_rollout_ref.actor.optim.lr", "actor_rollout_ref.actor.entropy_coeff",
+                "actor_rollout_ref.rollout.temperature", "actor_rollout_ref.rollout.val_kwargs",
+                "actor_rollout_ref.model.path", "trainer.total_training_steps"):
+        assert OmegaConf.select(config, key) == OmegaConf.select(skillrise, key), key
+    loop, skillrise_loop = agent_loop_entry(loop_name), agent_loop_entry(f"skillrise_{env}")
+    for option in SHARED_LOOP_OPTIONS:
+        assert loop[option] == skillrise_loop[option], option
+    if method == "lamer":
+        assert loop.carried_text == "reflection" and loop.history_window == skillrise_loop.history_window
+
+
+@pytest.mark.parametrize("env", ENVS)
+def test_a_baselines_retries_play_its_training_loop_with_nothing_carried(env):
+    """evaluate.py's Pass@k loop for GRPO/GiGPO/RLOO/PPO checkpoints shows the prompt they trained on."""
+    attempts, step = agent_loop_entry(f"attempts_{env}"), agent_loop_entry(f"step_{env}")
+    assert attempts.carried_text == "none" and attempts.curate is False
+    for option in SHARED_LOOP_OPTIONS:
+        assert attempts[option] == step[option], option
+
+
+def test_env_settings_come_from_one_place_for_skillrise_and_its_ablation():
+    assert [load(f"skillrise_{env}").skl.env for env in ENVS] == ENVS
+    assert [load(f"skillrise_{env}").data.max_prompt_length for env in ENVS] == [4096, 12288, 10240]
+    assert load("no_curation_alfworld").data.max_prompt_length == 4096
+
+
+def test_a_baseline_config_needs_an_env():
+    with pytest.raises(Exception, match="You must specify 'env'"):
+        load("grpo")
+
+
 def test_grpo_baseline_and_no_curation_ablation():
-    grpo = load("grpo_alfworld")
-    assert grpo.algorithm.adv_estimator == "skl_grpo" and grpo.actor_rollout_ref.rollout.n == 24
+    grpo = baseline("grpo", "alfworld")
+    assert grpo.actor_rollout_ref.rollout.n == 24
     assert grpo.algorithm.skl_grpo.norm == "std"  # the released GRPO baseline keeps std normalisation
-    assert grpo.actor_rollout_ref.rollout.agent.default_agent_loop == "step_alfworld"
-    assert agent_loop_entry("step_alfworld").sample_granularity == "step"
-    assert plays_per_update(grpo) == 384
     ablation = load("no_curation_alfworld")
     assert ablation.actor_rollout_ref.rollout.agent.default_agent_loop == "skillrise_no_curation_alfworld"
     assert agent_loop_entry("skillrise_no_curation_alfworld").curate is False
     assert plays_per_update(ablation) == 384
 
 
-def test_gigpo_baseline_composes_with_verl_agent_settings():
-    gigpo = load("gigpo_alfworld")
-    assert gigpo.algorithm.adv_estimator == "gigpo" and gigpo.actor_rollout_ref.rollout.n == 24
+@pytest.mark.parametrize("env", ENVS)
+def test_gigpo_baseline_composes_with_verl_agent_settings(env):
+    gigpo = baseline("gigpo", env)
+    assert gigpo.actor_rollout_ref.rollout.n == 24
     assert dict(gigpo.algorithm.gigpo) == {"gamma": 0.95, "step_advantage_weight": 1.0, "norm": "std"}
-    assert gigpo.actor_rollout_ref.rollout.agent.default_agent_loop == "step_alfworld"
     assert gigpo.trainer.v1.trainer_mode == "skl_sync"
-    assert plays_per_update(gigpo) == 384
     with pytest.raises(ConfigError, match="gigpo groups env steps"):
-        load("gigpo_alfworld", ["actor_rollout_ref.rollout.agent.default_agent_loop=skl_env"])
+        baseline("gigpo", env, ["actor_rollout_ref.rollout.agent.default_agent_loop=skl_env"])
     with pytest.raises(ValueError, match="algorithm.gigpo.gamma"):
-        load("gigpo_alfworld", ["algorithm.gigpo.gamma=1.5"])
+        baseline("gigpo", env, ["algorithm.gigpo.gamma=1.5"])
 
 
-def test_lamer_baseline_attempts_one_task_with_a_reflection():
-    lamer = load("lamer_alfworld")
-    assert plays_per_update(lamer) == 384  # 16 tasks x 8 trials x 3 attempts
-    assert lamer.algorithm.adv_estimator == "skillrise"
+@pytest.mark.parametrize("env", ENVS)
+def test_lamer_baseline_attempts_one_task_with_a_reflection(env):
+    lamer = baseline("lamer", env)
     assert (lamer.algorithm.skillrise.gamma, lamer.algorithm.skillrise.solve_return) == (0.6, "discounted")
-    loop = agent_loop_entry("lamer_alfworld")
-    assert loop.carried_text == "reflection" and loop.sample_granularity == "step"
     with pytest.raises(ValueError, match="algorithm.skillrise.solve_return"):
-        load("lamer_alfworld", ["algorithm.skillrise.solve_return=episode"])
+        baseline("lamer", env, ["algorithm.skillrise.solve_return=episode"])
+    with pytest.raises(ConfigError, match="needs a skillrise agent loop"):
+        baseline("lamer", env, [f"actor_rollout_ref.rollout.agent.default_agent_loop=step_{env}"])
 
 
-def test_rloo_and_ppo_baselines_compose_on_the_same_plays():
-    rloo = load("rloo_alfworld")
-    assert rloo.algorithm.adv_estimator == "skl_rloo" and plays_per_update(rloo) == 384
-    assert rloo.actor_rollout_ref.rollout.agent.default_agent_loop == "step_alfworld"
-    ppo = load("ppo_alfworld")
-    assert ppo.algorithm.adv_estimator == "skl_gae" and plays_per_update(ppo) == 384
+@pytest.mark.parametrize("env", ENVS)
+def test_ppo_baseline_trains_a_critic(env):
+    ppo = baseline("ppo", env)
     assert ppo.critic.enable and ppo.critic.model.path == ppo.actor_rollout_ref.model.path
     assert (ppo.algorithm.gamma, ppo.algorithm.lam) == (1.0, 1.0)
     with pytest.raises(ConfigError, match="skl_gae .* needs the critic"):
-        load("ppo_alfworld", ["critic.enable=false"])
+        baseline("ppo", env, ["critic.enable=false"])
 
 
 @pytest.mark.parametrize(
@@ -135,8 +186,6 @@ SKL_RL = ROOT / "recipes" / "skl_rl"
 
 
 def agent_loop_entry(name):
-    from omegaconf import OmegaConf
-
     from skl_verl.trainer.registration import AGENT_LOOP_CONFIG
 
     return {entry.name: entry for entry in OmegaConf.load(AGENT_LOOP_CONFIG)}[name]
@@ -184,9 +233,10 @@ def test_skl_rl_distillation_ablation_config():
     assert (loop.max_turns, loop.distill_interval, loop.simulations, loop.horizon) == (5, 1, 3, 2)
 
 
-def test_step_mode_with_an_estimator_that_counts_samples_is_refused():
+@pytest.mark.parametrize("env", ENVS)
+def test_step_mode_with_an_estimator_that_counts_samples_is_refused(env):
     with pytest.raises(ConfigError, match="would count steps as if they were trials"):
-        load("grpo_alfworld", ["algorithm.adv_estimator=grpo"])
+        baseline("grpo", env, ["algorithm.adv_estimator=grpo"])
 
 
 def test_run_script_dry_run_shows_thinking_off_mean_norm_and_the_per_action_budget(tmp_path):
@@ -197,3 +247,51 @@ def test_run_script_dry_run_shows_thinking_off_mean_norm_and_the_per_action_budg
     out = result.stdout
     assert "enable_thinking: false" in out and "norm: mean" in out
     assert "max_response_length: 1024" in out and "default_agent_loop: skillrise_alfworld" in out
+
+
+RELEASED_ENV_KWARGS = {
+    "webshop": ({"split": "train", "split_convention": "verl_agent", "max_steps": 12},
+                {"split": "test", "split_convention": "verl_agent", "max_steps": 12}),
+    "sciworld": ({"split": "train", "max_steps": 30, "action_format": "templates"},
+                 {"split": "test", "max_steps": 30, "action_format": "templates"}),
+}
+"""The released splits, turn caps and action rendering SkillRise plays each env with."""
+
+
+def planned_builds(stdout):
+    """(dataset file name, builder module, env kwargs) for each "dry run: would build" line."""
+    builds = []
+    for line in stdout.splitlines():
+        if line.startswith("dry run: would build "):
+            command = shlex.split(line.split(" unless it exists:", 1)[1])
+            builds.append((Path(command[command.index("--out") + 1]).name, command[command.index("-m") + 1],
+                           json.loads(command[command.index("--env-kwargs") + 1])))
+    return builds
+
+
+@pytest.mark.parametrize("env,method,module,data_kind,loop", [
+    ("webshop", "gigpo", "skl_verl.rollout.data", "tasks_", "step_webshop"),
+    ("sciworld", "lamer", "skl_verl.skillrise.build_dataset", "attempts_", "lamer_sciworld"),
+])
+def test_run_script_builds_a_baselines_data_with_skillrises_env_settings(env, method, module, data_kind, loop, tmp_path):
+    environ = dict(os.environ, PYTHON=sys.executable, DATA_DIR=str(tmp_path), CONFIG=method, WEBSHOP_URL="http://127.0.0.1:9")
+    result = subprocess.run(["bash", str(SKILLRISE / f"run_{env}.sh"), "--dry-run"],
+                            check=False, capture_output=True, text=True, env=environ, cwd=ROOT, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    train, val = RELEASED_ENV_KWARGS[env]
+    assert planned_builds(result.stdout) == [(f"{env}_{data_kind}train.parquet", module, train),
+                                             (f"{env}_{data_kind}val.parquet", module, val)]
+    assert f"default_agent_loop: {loop}" in result.stdout and f"experiment_name: {method}_{env}" in result.stdout
+    assert "dry run: config composed and checked" in result.stdout and not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("config,args,message", [
+    ("skillrise_alfworld", [], "CONFIG=skillrise_alfworld trains on alfworld; run it with recipes/skillrise/run_alfworld.sh"),
+    ("grpo", ["env=alfworld"], "env=alfworld: run_webshop.sh trains on webshop"),
+])
+def test_run_script_refuses_to_train_on_another_env_than_its_own(config, args, message, tmp_path):
+    environ = dict(os.environ, PYTHON=sys.executable, DATA_DIR=str(tmp_path), CONFIG=config)
+    result = subprocess.run(["bash", str(SKILLRISE / "run_webshop.sh"), "--dry-run", *args],
+                            check=False, capture_output=True, text=True, env=environ, cwd=ROOT, timeout=60)
+    assert result.returncode == 2 and message in result.stderr, result.stderr[-2000:]
+    assert "dry run: config composed" not in result.stdout

@@ -144,8 +144,12 @@ def test_a_dead_endpoint_is_one_line_on_stderr(tiny_model_dir, tmp_path):
     assert "after 3 attempts" in lines[0]
 
 
-def test_each_method_is_evaluated_with_the_loop_it_was_trained_for():
-    assert evaluate.default_agent_loop("alfworld", "SkillRise") == "skillrise_alfworld"
-    assert evaluate.default_agent_loop("alfworld", "LaMer") == "lamer_alfworld"
-    assert {evaluate.default_agent_loop("alfworld", m) for m in ("GRPO", "GiGPO", "RLOO", "PPO")} == {"attempts_alfworld"}
+@pytest.mark.parametrize("env", ["alfworld", "webshop", "sciworld"])
+def test_each_method_is_evaluated_with_the_loop_it_was_trained_for(env):
+    assert evaluate.default_agent_loop(env, "SkillRise") == f"skillrise_{env}"
+    assert evaluate.default_agent_loop(env, "LaMer") == f"lamer_{env}"
+    assert {evaluate.default_agent_loop(env, m) for m in ("GRPO", "GiGPO", "RLOO", "PPO")} == {f"attempts_{env}"}
+
+
+def test_an_env_without_recipe_loops_falls_back_to_the_generic_skillrise_loop():
     assert evaluate.default_agent_loop("frozenlake", "SkillRise") == "skillrise"
