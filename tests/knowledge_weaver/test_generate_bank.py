@@ -41,7 +41,7 @@ def invalid_then_valid(index, attempt):
     return f"Here it is: <skill>Entry {index}.</skill>" if attempt == 1 else f"<skill>Check the sink first, entry {index}.</skill>"
 
 
-def test_an_invalid_reply_is_repaired_and_the_seeded_bank_is_reproducible(tiny_model_dir, tmp_path, monkeypatch, capsys):
+def test_an_invalid_reply_is_repaired_and_the_seeded_bank_is_reproducible(tiny_tokenizer_dir, tmp_path, monkeypatch, capsys):
     pool_path = write_pool(tmp_path / "pool.jsonl", POOL)
     curators = []
 
@@ -50,7 +50,7 @@ def test_an_invalid_reply_is_repaired_and_the_seeded_bank_is_reproducible(tiny_m
         return curators[-1]
 
     monkeypatch.setattr(gb, "make_curator_client", scripted)
-    argv = ["--env", "alfworld", "--pool", str(pool_path), "--curator", tiny_model_dir, "--n", "6", "--seed", "7"]
+    argv = ["--env", "alfworld", "--pool", str(pool_path), "--curator", tiny_tokenizer_dir, "--n", "6", "--seed", "7"]
     entries = gb.main([*argv, "--out", str(tmp_path / "a.jsonl")])
     assert "6 of 6 entries (6 after a repair, 0 truncated, 0 skipped)" in capsys.readouterr().out
 
@@ -71,10 +71,10 @@ def test_an_invalid_reply_is_repaired_and_the_seeded_bank_is_reproducible(tiny_m
     assert gb.read_bank(tmp_path / "a.jsonl") == [BankEntry(e.entry_id, e.text) for e in entries]
 
 
-def test_an_overlong_reply_is_cut_at_a_sentence_end_and_an_unusable_one_is_skipped(tiny_model_dir, tmp_path):
+def test_an_overlong_reply_is_cut_at_a_sentence_end_and_an_unusable_one_is_skipped(tiny_tokenizer_dir, tmp_path):
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_tokenizer_dir)
     sentence = "Open the fridge before you look inside it for the apple."  # 11 words
     long_body = " ".join([sentence] * 11)  # 121 words; the 9th sentence ends at word 99
 
