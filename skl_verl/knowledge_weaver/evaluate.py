@@ -246,6 +246,8 @@ def plot_sr_vs_k(path: Path, per_k: dict[int, dict[str, Any]], label: str, env: 
     figure, axes = plt.subplots(figsize=(5, 3.5))
     axes.plot(ks, means, marker="o", label=label)
     axes.fill_between(ks, [m - s for m, s in zip(means, stds)], [m + s for m, s in zip(means, stds)], alpha=0.2)
+    axes.set_xticks(ks)
+    axes.set_ylim(0, 100)
     axes.set_xlabel("retrieved entries k")
     axes.set_ylabel("success rate (%)")
     axes.set_title(f"{env}: SR vs k (mean ± std over banks)")
