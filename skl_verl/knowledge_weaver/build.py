@@ -91,11 +91,10 @@ async def collect_pool(settings: KWSettings, per_type: int, seed: int) -> list[P
     semaphore = asyncio.Semaphore(settings.executor["max_parallel_episodes"])
 
     async def play(task_type: str, spec: Any) -> PoolEpisode:
-        task = RewardTask(spec.task_id, stable_seed(f"{seed}:pool:{spec.task_id}"), task_description(spec, ""), ())
         async with semaphore:
             with ENV_POOL.lease(settings.env_name, settings.env_kwargs) as env:
-                episode = await executor.play(env, task.task_id, NO_GUIDANCE, task.seed, request_id=f"pool:{task.task_id}",
-                                              task_text=task.description)
+                episode = await executor.play(env, spec.task_id, NO_GUIDANCE, stable_seed(f"{seed}:pool:{spec.task_id}"),
+                                              request_id=f"pool:{spec.task_id}")
         return PoolEpisode(task_type, episode)
 
     return list(await asyncio.gather(*(play(t, spec) for t, spec in chosen)))

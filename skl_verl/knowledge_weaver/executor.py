@@ -49,6 +49,15 @@ class ExecutorEpisode:
     """``won``, ``done`` (ended without a win), ``max_steps``, or ``failed: <env call and reason>``."""
 
 
+def task_description(info: dict[str, Any], observation: str) -> str:
+    """The task in words from a reset's info: ALFWorld's goal, WebShop's instruction, else the first
+    observation (envs whose task is only shown, like FrozenLake)."""
+    for key in ("goal", "instruction_text"):
+        if info.get(key):
+            return str(info[key])
+    return observation
+
+
 def chosen_command(reply: str, admissible: list[str]) -> tuple[str, bool]:
     """The command a reply names: its last ``Action:`` line matched to an admissible command (case and
     whitespace aside). With no ``Action:`` line: ``look`` when admissible, else the reply's last line,
@@ -92,16 +101,12 @@ class FrozenExecutor:
             {"role": "user", "content": "\n".join(parts) + "\n\nRespond with a thought and an action."},
         ]
 
-    async def play(self, env: Any, task_id: str, guidance: str, seed: int, request_id: str = "executor",
-                   task_text: str = "") -> ExecutorEpisode:
-        """One greedy episode; ``task_text`` is the task as the prompt states it (default: the env's
-        ``info["task"]`` when it is text, else the first observation)."""
+    async def play(self, env: Any, task_id: str, guidance: str, seed: int, request_id: str = "executor") -> ExecutorEpisode:
         episode = ExecutorEpisode(task_id=task_id, guidance=guidance)
-        call = lambda fn, *args, **kwargs: guarded_call(fn, *args, timeout_s=self.env_timeout_s, **kwargs)  # noqa: E731
+        call = lambda fn, *args, **kwargs: guarded_call(fn, *args, timeout_s=self.env_timeout_s, **kwargs)
         try:
             observation, info = await call(env.reset, task_id, seed=seed)
-            task = info.get("task")
-            episode.task_text = task_text or (task if isinstance(task, str) and task else observation)
+            episode.task_text = task_description(info, observation)
             for t in range(self.max_steps):
                 admissible = await call(env.admissible_actions)
                 messages = self.messages(guidance, episode.task_text, observation, episode.steps[-self.memory_steps:], admissible)

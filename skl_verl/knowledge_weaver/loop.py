@@ -37,7 +37,7 @@ from skl_verl.knowledge_weaver.entries import (
     format_guidance,
     parse_entry,
 )
-from skl_verl.knowledge_weaver.executor import ExecutorEpisode, FrozenExecutor
+from skl_verl.knowledge_weaver.executor import ExecutorEpisode, FrozenExecutor, task_description
 from skl_verl.knowledge_weaver.pool import (
     PoolEpisode,
     PoolStore,
@@ -55,6 +55,7 @@ from skl_verl.knowledge_weaver.settings import KWSettings, kw_settings
 from skl_verl.knowledge_weaver.state import BankStore, Entry
 from skl_verl.rollout.env_loop import single_turn_output, stable_seed, weight_versions
 from skl_verl.rollout.env_pool import ENV_POOL
+from skl_verl.rollout.env_runtime import guarded_call
 from skl_verl.trainer import sample_fields as sf
 
 PHASE = "curate"
@@ -64,7 +65,6 @@ PHASE = "curate"
 class RewardTask:
     task_id: str
     seed: int
-    description: str
     retrieved: tuple[str, ...]
     """Bodies of the bank entries retrieved for this task (top-m of bank(j)), best first."""
 
@@ -76,11 +76,6 @@ class GroupBaseline:
     tasks: list[RewardTask]
     bank_only_wins: list[bool]
     episodes: int
-
-
-def task_description(spec: Any, observation: str) -> str:
-    metadata = getattr(spec, "metadata", {}) or {}
-    return str(metadata.get("goal") or metadata.get("instruction") or observation)
 
 
 def task_type_of(spec: Any, settings: KWSettings) -> str:
@@ -278,26 +273,23 @@ class KnowledgeWeaverCuratorLoop(AgentLoopBase):
         executor = _PROCESS.executor(self.kw)
         async with _PROCESS.episode_slots(self.kw):
             with ENV_POOL.lease(self.kw.env_name, self.kw.env_kwargs) as env:
-                return await executor.play(env, task.task_id, guidance, task.seed, request_id=request_id,
-                                           task_text=task.description)
+                return await executor.play(env, task.task_id, guidance, task.seed, request_id=request_id)
 
     async def _baseline(self, step: int, slot: int, task_type: str, bank: list[Entry]) -> tuple[GroupBaseline, bool]:
         """The group's reward tasks, their retrievals and bank-only wins: computed by the first session
         that needs them, awaited by the others."""
 
         async def build() -> GroupBaseline:
-            specs = {s.task_id: s for s in env_task_specs(self.kw)}
             chosen = reward_tasks(self.kw, task_type, step, slot)
-            descriptions = [task_description(specs[task_id], "") for task_id, _ in chosen]
             retrieved: list[tuple[str, ...]] = [()] * len(chosen)
             use_bank = self.kw.bank["enabled"] and bank and self.kw.bank["top_m"] > 0
             if use_bank:
-                observations = await asyncio.gather(*(self._first_observation(t, seed) for t, seed in chosen))
-                queries = [retrieval_query(task_type, d or o, o) for d, o in zip(descriptions, observations)]
+                resets = await asyncio.gather(*(self._reset(t, seed) for t, seed in chosen))
+                queries = [retrieval_query(task_type, task_description(info, obs), obs) for obs, info in resets]
                 entries = [BankEntry(e.entry_id, e.text) for e in bank]
                 ranked = _PROCESS.retriever(self.kw).rank(queries, entries, self.kw.bank["top_m"])
                 retrieved = [tuple(bank[i].text for i in row) for row in ranked]
-            tasks = [RewardTask(t, seed, d, r) for (t, seed), d, r in zip(chosen, descriptions, retrieved)]
+            tasks = [RewardTask(t, seed, r) for (t, seed), r in zip(chosen, retrieved)]
             if not self.kw.bank["enabled"]:
                 return GroupBaseline(tasks, [], 0)
             episodes = await asyncio.gather(*(
@@ -309,12 +301,11 @@ class KnowledgeWeaverCuratorLoop(AgentLoopBase):
         task, started = _PROCESS.single_flight(_PROCESS.baselines, (self.kw.state_dir, step, slot), build)
         return await asyncio.shield(task), started
 
-    async def _first_observation(self, task_id: str, seed: int) -> str:
-        from skl_verl.rollout.env_runtime import guarded_call
-
+    async def _reset(self, task_id: str, seed: int) -> tuple[str, dict[str, Any]]:
+        """The task's first observation and reset info, as the executor will see them (retrieval runs
+        before the first action)."""
         with ENV_POOL.lease(self.kw.env_name, self.kw.env_kwargs) as env:
-            observation, _ = await guarded_call(env.reset, task_id, seed=seed, timeout_s=self.kw.executor["env_timeout_s"])
-            return observation
+            return await guarded_call(env.reset, task_id, seed=seed, timeout_s=self.kw.executor["env_timeout_s"])
 
     async def _execute(self, step: int, slot: int, task_type: str, bank: list[Entry], body: str,
                        trajectory_id: str) -> dict[str, Any]:

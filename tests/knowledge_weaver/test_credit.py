@@ -5,7 +5,10 @@ import math
 import pytest
 import torch
 
-from skl_verl.knowledge_weaver.credit import knowledge_weaver_advantages, mi_token_credit
+from skl_verl.knowledge_weaver.credit import (
+    knowledge_weaver_advantages,
+    mi_token_credit,
+)
 
 
 def test_mi_credit_by_hand():

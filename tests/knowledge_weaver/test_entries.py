@@ -2,7 +2,12 @@
 
 import pytest
 
-from skl_verl.knowledge_weaver.entries import NO_GUIDANCE, body_token_mask, format_guidance, parse_entry
+from skl_verl.knowledge_weaver.entries import (
+    NO_GUIDANCE,
+    body_token_mask,
+    format_guidance,
+    parse_entry,
+)
 
 
 @pytest.mark.parametrize("reply,error", [

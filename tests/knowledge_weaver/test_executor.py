@@ -7,7 +7,11 @@ from transformers import AutoTokenizer
 from verl.workers.rollout.replica import TokenOutput
 
 from envs import ENV_CLASSES, make_env
-from skl_verl.knowledge_weaver.executor import FrozenExecutor, chosen_command
+from skl_verl.knowledge_weaver.executor import (
+    FrozenExecutor,
+    chosen_command,
+    task_description,
+)
 
 LAKE = {"maps": [["SFF", "FHF", "FFG"]], "slip": [0.0, 0.0], "max_steps": 10}
 TASK = "frozenlake-s3-0000"
@@ -41,6 +45,13 @@ def test_the_executor_follows_its_replies_to_a_win_with_guidance_and_memory_in_t
     assert all("Go right along the top row, then down." in p for p in model.prompts)
     assert "Recent steps" not in model.prompts[0] and "Memory step 2" in model.prompts[3] and "Memory step 3" not in model.prompts[3]
     assert "- down\n- left\n- right\n- up" in model.prompts[0]  # admissible commands, sorted
+    assert episode.task_text.startswith("FrozenLake 3x3") and f"Task: {episode.task_text}" in model.prompts[0]
+
+
+def test_the_task_text_is_the_goal_or_instruction_else_the_first_observation():
+    assert task_description({"goal": "put a mug in the sink", "task": object()}, "You are in a room.") == "put a mug in the sink"
+    assert task_description({"instruction_text": "buy a red mug"}, "WebShop page") == "buy a red mug"
+    assert task_description({"task": object()}, "FrozenLake 3x3") == "FrozenLake 3x3"
 
 
 def test_replies_without_a_valid_action_are_played_and_marked():

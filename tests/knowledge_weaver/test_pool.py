@@ -1,7 +1,13 @@
 import pytest
 
 from skl_verl.knowledge_weaver.executor import ExecutorEpisode, ExecutorStep
-from skl_verl.knowledge_weaver.pool import PoolEpisode, is_usable, read_pool, sample_context, write_pool
+from skl_verl.knowledge_weaver.pool import (
+    PoolEpisode,
+    is_usable,
+    read_pool,
+    sample_context,
+    write_pool,
+)
 
 
 def _episode(task_id: str, status: str = "won", invalid: bool = False) -> ExecutorEpisode:

@@ -3,7 +3,12 @@
 import pytest
 
 from skl_verl.knowledge_weaver.executor import ExecutorEpisode, ExecutorStep
-from skl_verl.knowledge_weaver.prompts import PROFILES, RenderProfile, fit_curator_prompt, render_trajectory
+from skl_verl.knowledge_weaver.prompts import (
+    PROFILES,
+    RenderProfile,
+    fit_curator_prompt,
+    render_trajectory,
+)
 
 
 def episode(won, moves=6):

@@ -5,7 +5,12 @@ import math
 import pytest
 import torch
 
-from skl_verl.knowledge_weaver.retrieval import BankEntry, BM25Retriever, HFMeanPoolRetriever, retrieval_query
+from skl_verl.knowledge_weaver.retrieval import (
+    BankEntry,
+    BM25Retriever,
+    HFMeanPoolRetriever,
+    retrieval_query,
+)
 
 ENTRIES = [
     BankEntry("e2", "Open the drawer before you look for the key."),

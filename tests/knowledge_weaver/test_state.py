@@ -2,7 +2,14 @@
 
 import pytest
 
-from skl_verl.knowledge_weaver.state import BankStore, Candidate, Entry, select_admissions, step_plan, update_types
+from skl_verl.knowledge_weaver.state import (
+    BankStore,
+    Candidate,
+    Entry,
+    select_admissions,
+    step_plan,
+    update_types,
+)
 
 TYPES = ["clean", "cool", "examine", "heat", "pick", "pick_two"]
 

@@ -1,0 +1,230 @@
+"""Generate an evaluation knowledge bank from a trained curator (the paper's separate generation stage).
+
+    # a local HF checkpoint (merged with `python -m verl.model_merger merge`; GPU when available)
+    python -m skl_verl.knowledge_weaver.generate_bank --env alfworld --pool pool.jsonl \\
+        --curator checkpoints/kw/step40_hf --n 50 --seed 42 --out banks/kw_42.jsonl
+    # or a served curator (vllm serve <checkpoint>), or any OpenAI-compatible completions API
+    python -m skl_verl.knowledge_weaver.generate_bank --env alfworld --pool pool.jsonl \\
+        --endpoint http://127.0.0.1:8000/v1 --model <served name> --tokenizer <checkpoint> --seed 42 --out ...
+
+Entry i: the task type is ``Random(seed * 100000 + i * 100).choice(types)`` over the pool's types with
+a usable episode (sorted), 4 usable episodes of that type are drawn with the same seed, and the
+curator writes one entry at temperature 1. A reply that does not parse is answered with a short
+repair message naming the problem, up to ``--attempts`` replies in all (the authors' generation
+script does the same). If none parses, an over-long reply is cut to the word cap at a sentence end
+when that makes it valid; otherwise the entry is skipped with a warning, so a bank may hold fewer
+than ``--n`` entries.
+
+The bank is JSONL, one entry per line: ``entry_id``, ``text``, ``task_type`` (the fields the training
+bank's ``state.Entry`` also has, so ``read_bank`` loads both) and ``source`` (how it was made).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import re
+import sys
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from skl_verl.knowledge_weaver.entries import parse_entry
+from skl_verl.knowledge_weaver.pool import (
+    PoolEpisode,
+    is_usable,
+    read_pool,
+    sample_context,
+)
+from skl_verl.knowledge_weaver.prompts import fit_curator_prompt
+from skl_verl.knowledge_weaver.retrieval import BankEntry
+
+REPAIR = ("That reply is not a valid entry: {error}. Reply again with exactly one <skill>...</skill> block holding "
+          "one paragraph of at most {max_words} words, with nothing before or after the tags.")
+
+
+@dataclass(frozen=True)
+class GeneratedEntry:
+    entry_id: str
+    text: str
+    task_type: str
+    attempts: int
+    truncated: bool
+    context_task_ids: tuple[str, ...]
+
+
+def entry_type(types: Sequence[str], seed: int, index: int) -> str:
+    """The task type of entry ``index`` of the bank seeded ``seed``."""
+    return random.Random(seed * 100000 + index * 100).choice(list(types))
+
+
+def pool_types(pool: Sequence[PoolEpisode]) -> list[str]:
+    """The task types a context can be built for (at least one usable episode), sorted."""
+    return sorted({r.task_type for r in pool if is_usable(r.episode)})
+
+
+_SENTENCE_END = re.compile(r"[.!?][\"')\]]*$")
+
+
+def cut_to_word_cap(body: str, max_words: int) -> str:
+    """The first ``max_words`` words, ended at the last sentence end among them when there is one."""
+    words = body.split()[:max_words]
+    ends = [i for i, word in enumerate(words) if _SENTENCE_END.search(word)]
+    return " ".join(words[: ends[-1] + 1] if ends else words)
+
+
+def truncated_entry(replies: Sequence[str], max_words: int) -> str | None:
+    """The body of the first reply that is invalid only for its length, cut to the cap; None if none is."""
+    for reply in replies:
+        uncapped = parse_entry(reply, max_words=sys.maxsize)
+        if uncapped.valid:
+            cut = parse_entry(f"<skill>{cut_to_word_cap(uncapped.body, max_words)}</skill>", max_words)
+            if cut.valid:
+                return cut.body
+    return None
+
+
+async def generate_entry(client: Any, tokenizer: Any, env_name: str, pool: Sequence[PoolEpisode], types: Sequence[str],
+                         seed: int, index: int, *, trajectories: int = 4, attempts: int = 10, max_words: int = 100,
+                         prompt_budget: int = 5744, max_tokens: int = 256) -> GeneratedEntry | None:
+    task_type = entry_type(types, seed, index)
+    draw_seed = seed * 100000 + index * 100
+    episodes = sample_context(pool, task_type, trajectories, seed=draw_seed)
+    messages, _, _ = fit_curator_prompt(tokenizer, env_name, task_type, episodes, prompt_budget, max_words)
+    params = {"temperature": 1.0, "top_p": 1.0, "max_tokens": max_tokens}
+    replies: list[str] = []
+    conversation = messages
+    for attempt in range(1, attempts + 1):
+        prompt_ids = tokenizer.apply_chat_template(conversation, add_generation_prompt=True, tokenize=True,
+                                                   enable_thinking=False)
+        prompt_ids = list(prompt_ids if isinstance(prompt_ids, list) else prompt_ids["input_ids"])
+        output = await client.generate(f"bank{seed}:entry{index}:attempt{attempt}", prompt_ids=prompt_ids,
+                                       sampling_params=params)
+        reply = tokenizer.decode(list(output.token_ids), skip_special_tokens=True)
+        parsed = parse_entry(reply, max_words)
+        if parsed.valid:
+            return GeneratedEntry(f"entry_{index:06d}", parsed.body, task_type, attempt, False,
+                                  tuple(e.task_id for e in episodes))
+        replies.append(reply)
+        # Only the latest failed reply is shown, so the prompt stays within budget + one reply.
+        conversation = [*messages, {"role": "assistant", "content": reply},
+                        {"role": "user", "content": REPAIR.format(error=parsed.error, max_words=max_words)}]
+    body = truncated_entry(replies, max_words)
+    if body is None:
+        warnings.warn(f"entry {index} ({task_type}): no valid entry in {attempts} attempts (last: "
+                      f"{parse_entry(replies[-1], max_words).error}); skipped", stacklevel=2)
+        return None
+    return GeneratedEntry(f"entry_{index:06d}", body, task_type, attempts, True, tuple(e.task_id for e in episodes))
+
+
+async def generate_bank(client: Any, tokenizer: Any, env_name: str, pool: Sequence[PoolEpisode], n: int, seed: int,
+                        concurrency: int = 16, **options: Any) -> list[GeneratedEntry]:
+    """Entries 0..n-1 (skipped ones left out), in index order. Replies are seeded per request id, so the
+    bank does not depend on how concurrent requests interleave."""
+    types = pool_types(pool)
+    if not types:
+        raise ValueError("the trajectory pool has no usable episode")
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(index: int) -> GeneratedEntry | None:
+        async with gate:
+            return await generate_entry(client, tokenizer, env_name, pool, types, seed, index, **options)
+
+    entries = await asyncio.gather(*(one(i) for i in range(n)))
+    return [e for e in entries if e is not None]
+
+
+def write_bank(path: str | os.PathLike[str], entries: Sequence[GeneratedEntry], curator: str, seed: int) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = [json.dumps({"entry_id": e.entry_id, "text": e.text, "task_type": e.task_type,
+                         "source": {"curator": curator, "seed": seed, "attempts": e.attempts, "truncated": e.truncated,
+                                    "context_task_ids": list(e.context_task_ids)}}) + "\n" for e in entries]
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text("".join(lines))
+    os.replace(tmp, path)
+    return path
+
+
+def read_bank(path: str | os.PathLike[str]) -> list[BankEntry]:
+    """A generated bank, or a training bank snapshot (``BankStore``'s ``bank_*.jsonl``): its entries'
+    ids and texts."""
+    entries = []
+    for number, line in enumerate(Path(path).read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            data = json.loads(line)
+            entries.append(BankEntry(str(data["entry_id"]), str(data["text"])))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ValueError(f"{path}:{number}: not a bank entry ({exc})") from None
+    if len({e.entry_id for e in entries}) != len(entries):
+        raise ValueError(f"{path}: duplicate entry ids")
+    return entries
+
+
+def make_curator_client(args, tokenizer):
+    if args.endpoint:
+        from skl_verl.rollout.openai_client import OpenAICompletionsClient
+
+        client = OpenAICompletionsClient(args.endpoint, args.model, tokenizer, max_new_tokens=args.max_tokens)
+        client.check()
+        return client
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from skl_verl.rollout.hf_client import HFGenerationClient
+
+    model = AutoModelForCausalLM.from_pretrained(args.curator)
+    if torch.cuda.is_available():
+        model = model.to("cuda")
+    return HFGenerationClient(model, tokenizer, max_new_tokens=args.max_tokens, seed=args.seed)
+
+
+def main(argv: list[str] | None = None) -> list[GeneratedEntry]:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--env", required=True, help="alfworld or webshop (picks the action vocabulary in the prompt)")
+    parser.add_argument("--pool", required=True, help="trajectory pool JSONL (pool.write_pool)")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--curator", help="local Hugging Face checkpoint of the curator")
+    source.add_argument("--endpoint", help="OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1")
+    parser.add_argument("--model", help="model name at the endpoint")
+    parser.add_argument("--tokenizer", help="tokenizer path for --endpoint (default: --model)")
+    parser.add_argument("--n", type=int, default=50, help="entries to generate (paper: 50)")
+    parser.add_argument("--seed", type=int, required=True, help="bank seed (42, 43, 44 for the paper's three banks)")
+    parser.add_argument("--trajectories", type=int, default=4, help="trajectories per context (paper: 4)")
+    parser.add_argument("--attempts", type=int, default=10, help="replies per entry, repairs included")
+    parser.add_argument("--max-words", type=int, default=100)
+    parser.add_argument("--max-tokens", type=int, default=256, help="new tokens per reply")
+    parser.add_argument("--prompt-budget", type=int, default=5744, help="curator prompt tokens (6000 - 256)")
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args(argv)
+    if args.endpoint and not args.model:
+        parser.error("--endpoint needs --model")
+    for name in ("n", "trajectories", "attempts", "max_words", "max_tokens", "prompt_budget", "concurrency"):
+        if getattr(args, name) < 1:
+            parser.error(f"argument --{name.replace('_', '-')}: must be at least 1")
+
+    from transformers import AutoTokenizer
+
+    pool = read_pool(args.pool)
+    tokenizer = AutoTokenizer.from_pretrained((args.tokenizer or args.model) if args.endpoint else args.curator)
+    client = make_curator_client(args, tokenizer)
+    entries = asyncio.run(generate_bank(client, tokenizer, args.env, pool, args.n, args.seed, concurrency=args.concurrency,
+                                        trajectories=args.trajectories, attempts=args.attempts, max_words=args.max_words,
+                                        prompt_budget=args.prompt_budget, max_tokens=args.max_tokens))
+    write_bank(args.out, entries, f"{args.endpoint} {args.model}" if args.endpoint else args.curator, args.seed)
+    repaired = sum(e.attempts > 1 and not e.truncated for e in entries)
+    print(f"{args.out}: {len(entries)} of {args.n} entries ({repaired} after a repair, "
+          f"{sum(e.truncated for e in entries)} truncated, {args.n - len(entries)} skipped)")
+    return entries
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,102 @@
+"""Bank generation with a scripted curator: the seeded type and context draw, the repair turn after an
+invalid reply, truncation to the word cap, skipped entries, and the bank file evaluation reads."""
+
+import random
+
+import pytest
+from verl.workers.rollout.replica import TokenOutput
+
+from skl_verl.knowledge_weaver import generate_bank as gb
+from skl_verl.knowledge_weaver.executor import ExecutorEpisode, ExecutorStep
+from skl_verl.knowledge_weaver.pool import PoolEpisode, write_pool
+from skl_verl.knowledge_weaver.retrieval import BankEntry
+
+
+def _episode(task_id, won=True, invalid=False):
+    step = ExecutorStep("You see a sinkbasin 1.", "go to sinkbasin 1", "You arrive.", float(won), True, won, invalid)
+    return ExecutorEpisode(task_id, "No additional guidance.", f"task {task_id}", [step], won, "won" if won else "done")
+
+
+POOL = [PoolEpisode("Pick", _episode(f"pick-{i}", won=i % 2 == 0)) for i in range(5)]
+POOL += [PoolEpisode("Clean", _episode(f"clean-{i}")) for i in range(3)]
+POOL += [PoolEpisode("Heat", _episode("heat-0", invalid=True))]  # unusable: no valid move, so no Heat entries
+
+
+class ScriptedCurator:
+    """Replies by (entry, attempt) from the request id; keeps every prompt it was sent."""
+
+    def __init__(self, tokenizer, reply):
+        self.tokenizer, self.reply, self.prompts = tokenizer, reply, {}
+
+    async def generate(self, request_id, *, prompt_ids, sampling_params, **_):
+        assert sampling_params["temperature"] == 1.0 and sampling_params["max_tokens"] == 256
+        _, entry, attempt = request_id.split(":")
+        index, attempt = int(entry.removeprefix("entry")), int(attempt.removeprefix("attempt"))
+        self.prompts[index, attempt] = self.tokenizer.decode(prompt_ids)
+        ids = self.tokenizer(self.reply(index, attempt), add_special_tokens=False)["input_ids"]
+        return TokenOutput(token_ids=ids)
+
+
+def invalid_then_valid(index, attempt):
+    return f"Here it is: <skill>Entry {index}.</skill>" if attempt == 1 else f"<skill>Check the sink first, entry {index}.</skill>"
+
+
+def test_an_invalid_reply_is_repaired_and_the_seeded_bank_is_reproducible(tiny_tokenizer_dir, tmp_path, monkeypatch, capsys):
+    pool_path = write_pool(tmp_path / "pool.jsonl", POOL)
+    curators = []
+
+    def scripted(args, tokenizer):
+        curators.append(ScriptedCurator(tokenizer, invalid_then_valid))
+        return curators[-1]
+
+    monkeypatch.setattr(gb, "make_curator_client", scripted)
+    argv = ["--env", "alfworld", "--pool", str(pool_path), "--curator", tiny_tokenizer_dir, "--n", "6", "--seed", "7"]
+    entries = gb.main([*argv, "--out", str(tmp_path / "a.jsonl")])
+    assert "6 of 6 entries (6 after a repair, 0 truncated, 0 skipped)" in capsys.readouterr().out
+
+    # Entry i's type is Random(seed * 100000 + i * 100).choice over the usable types, sorted.
+    assert [e.task_type for e in entries] == [random.Random(7 * 100000 + i * 100).choice(["Clean", "Pick"]) for i in range(6)]
+    assert {e.task_type for e in entries} == {"Clean", "Pick"}  # this seed draws both
+    assert [(e.entry_id, e.text, e.attempts, e.truncated) for e in entries] == [
+        (f"entry_{i:06d}", f"Check the sink first, entry {i}.", 2, False) for i in range(6)]
+    for e in entries:  # four trajectories of the entry's own type
+        assert len(e.context_task_ids) == 4 and all(t.startswith(e.task_type.lower()) for t in e.context_task_ids)
+    # The repair turn shows the failed reply and names what was wrong with it.
+    repair = curators[0].prompts[0, 2]
+    assert "Here it is: <skill>Entry 0.</skill>" in repair and "not exactly one <skill>...</skill> block" in repair
+    assert "not exactly one" not in curators[0].prompts[0, 1]
+
+    gb.main([*argv, "--out", str(tmp_path / "b.jsonl")])
+    assert (tmp_path / "a.jsonl").read_text() == (tmp_path / "b.jsonl").read_text()
+    assert gb.read_bank(tmp_path / "a.jsonl") == [BankEntry(e.entry_id, e.text) for e in entries]
+
+
+def test_an_overlong_reply_is_cut_at_a_sentence_end_and_an_unusable_one_is_skipped(tiny_tokenizer_dir, tmp_path):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_tokenizer_dir)
+    sentence = "Open the fridge before you look inside it for the apple."  # 11 words
+    long_body = " ".join([sentence] * 11)  # 121 words; the 9th sentence ends at word 99
+
+    def reply(index, attempt):
+        return f"<skill>{long_body}</skill>" if index == 0 else "I cannot write one."
+
+    curator = ScriptedCurator(tokenizer, reply)
+    with pytest.warns(UserWarning, match=r"entry 1 \(.*\): no valid entry in 3 attempts .*; skipped"):
+        entries = gb.asyncio.run(gb.generate_bank(curator, tokenizer, "alfworld", POOL, n=2, seed=1, attempts=3))
+    assert len(entries) == 1 and entries[0].truncated and entries[0].attempts == 3
+    assert entries[0].text == " ".join([sentence] * 9)
+    assert sorted(curator.prompts) == [(i, a) for i in range(2) for a in (1, 2, 3)]
+    assert "121 words, over the 100-word cap" in curator.prompts[0, 2]
+
+
+def test_cut_to_word_cap_and_bank_snapshots_read_like_generated_banks(tmp_path):
+    assert gb.cut_to_word_cap("a b. c d e", 4) == "a b."
+    assert gb.cut_to_word_cap("a b c d e", 4) == "a b c d"  # no sentence end: the cap alone
+    assert gb.cut_to_word_cap('a "b." c', 3) == 'a "b."'
+    snapshot = tmp_path / "bank_000002.jsonl"  # state.BankStore's format
+    snapshot.write_text('{"entry_id": "s0-c1", "msr": 0.25, "sr": 0.5, "step_added": 0, "task_type": "Pick", "text": "x"}\n')
+    assert gb.read_bank(snapshot) == [BankEntry("s0-c1", "x")]
+    snapshot.write_text('{"text": "x"}\n')
+    with pytest.raises(ValueError, match="bank_000002.jsonl:1: not a bank entry"):
+        gb.read_bank(snapshot)
