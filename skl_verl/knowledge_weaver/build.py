@@ -3,6 +3,7 @@
     python -m skl_verl.knowledge_weaver.build pool    --config-path recipes/knowledge_weaver/config \\
         --config-name kw_alfworld [hydra overrides...]
     python -m skl_verl.knowledge_weaver.build dataset --config-path ... --config-name ... [overrides]
+    python -m skl_verl.knowledge_weaver.build pool-path --config-path ... --config-name ... [overrides]
 
 ``pool``: the initial trajectory pool (``kw.pool.initial``): the frozen executor with no guidance on
 ``--per-type`` train tasks of every type (the authors: 50 per ALFWorld type, 300 in all), usable
@@ -74,9 +75,7 @@ def dataset_rows(config: DictConfig) -> list[dict[str, Any]]:
 async def collect_pool(settings: KWSettings, per_type: int, seed: int) -> list[PoolEpisode]:
     from skl_verl.knowledge_weaver.loop import (
         _PROCESS,
-        RewardTask,
         env_task_specs,
-        task_description,
         task_type_of,
     )
     from skl_verl.rollout.env_loop import stable_seed
@@ -112,7 +111,7 @@ def compose(config_path: str, config_name: str, overrides: list[str]) -> DictCon
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Build the Knowledge Weaver pool or dataset from a recipe config.")
-    parser.add_argument("what", choices=("pool", "dataset"))
+    parser.add_argument("what", choices=("pool", "dataset", "pool-path"), help="pool-path: print where the pool goes")
     parser.add_argument("--config-path", required=True)
     parser.add_argument("--config-name", required=True)
     parser.add_argument("--per-type", type=int, default=50, help="pool: tasks per type (the authors: 50)")
@@ -120,7 +119,9 @@ def main(argv: list[str] | None = None) -> None:
     args, overrides = parser.parse_known_args(argv)
     config = compose(args.config_path, args.config_name, overrides)
     settings = kw_settings(config)
-    if args.what == "pool":
+    if args.what == "pool-path":
+        print(settings.pool["initial"])
+    elif args.what == "pool":
         records = asyncio.run(collect_pool(settings, args.per_type, args.seed))
         usable = [r for r in records if is_usable(r.episode)]
         path = write_pool(settings.pool["initial"], usable)

@@ -37,7 +37,11 @@ from skl_verl.knowledge_weaver.entries import (
     format_guidance,
     parse_entry,
 )
-from skl_verl.knowledge_weaver.executor import ExecutorEpisode, FrozenExecutor, task_description
+from skl_verl.knowledge_weaver.executor import (
+    ExecutorEpisode,
+    FrozenExecutor,
+    task_description,
+)
 from skl_verl.knowledge_weaver.pool import (
     PoolEpisode,
     PoolStore,

@@ -9,6 +9,7 @@ It is a stand-in for Qwen3-4B / Qwen2.5-7B, which this machine cannot download o
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 CHAT_TEMPLATE = (
@@ -38,6 +39,7 @@ def build_tiny_model(
     format_actions: tuple[str, ...] = ("left", "down", "right", "up"),
     format_steps: int = 120,
     reply_template: str = "<action>{}</action>",
+    warmup_prompts: Sequence[list[dict[str, str]]] = (),
 ) -> Path:
     """Write config, weights and tokenizer to ``out_dir`` (idempotent) and return the path.
 
@@ -45,8 +47,9 @@ def build_tiny_model(
     same and RL would see zero advantages. ``format_steps`` of supervised warm-up on replies
     ``<action>X</action>`` (X uniform over ``format_actions``) give a policy that acts, with
     outcomes that differ between rollouts. ``format_steps=0`` keeps the random init.
-    ``reply_template`` shapes the warm-up replies (``"<skill>{}</skill>"``: a tiny Knowledge Weaver
-    curator whose ``format_actions`` are whole entries).
+    ``reply_template`` shapes the warm-up replies and ``warmup_prompts`` (chat messages) replace the
+    FrozenLake turns they answer: a tiny Knowledge Weaver curator learns ``<skill>X</skill>`` replies
+    (X over ``format_actions``) to curator prompts.
     """
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -92,15 +95,17 @@ def build_tiny_model(
     )
     model = Qwen2ForCausalLM(config)
     if format_steps:
-        _format_warmup(model, tokenizer, format_actions, format_steps, seed, reply_template)
+        _format_warmup(model, tokenizer, format_actions, format_steps, seed, reply_template, warmup_prompts)
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.save_pretrained(out)
     return out
 
 
-def _format_warmup(model, tokenizer, actions: tuple[str, ...], steps: int, seed: int, reply_template: str) -> None:
-    """Teach the reply format in multi-turn context (0–5 earlier turns), loss on the reply only."""
+def _format_warmup(model, tokenizer, actions: tuple[str, ...], steps: int, seed: int, reply_template: str,
+                   prompts: Sequence[list[dict[str, str]]]) -> None:
+    """Teach the reply format in multi-turn context (0–5 earlier turns; or one of ``prompts``), loss on
+    the reply only."""
     import random
 
     import torch
@@ -110,7 +115,9 @@ def _format_warmup(model, tokenizer, actions: tuple[str, ...], steps: int, seed:
 
     def example() -> tuple[list[int], list[int]]:
         messages = [{"role": "system", "content": _CORPUS[0]}, {"role": "user", "content": observation}]
-        for _ in range(rng.randint(0, 5)):
+        if prompts:
+            messages = list(rng.choice(prompts))
+        for _ in range(0 if prompts else rng.randint(0, 5)):
             messages.append({"role": "assistant", "content": reply_template.format(rng.choice(actions))})
             messages.append({"role": "user", "content": observation})
         prompt = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)

@@ -303,12 +303,30 @@ def _value_models_with_sdpa() -> None:
     model_utils.load_valuehead_model = load_valuehead_model
 
 
+def _reference_models_unpinned() -> None:
+    """verl shards a forward-only model (the reference policy) with ``CPUOffloadPolicy(pin_memory=True)``;
+    pinning needs an accelerator, so CPU runs (Knowledge Weaver's KL term) shard it unpinned."""
+    from torch.distributed.fsdp import CPUOffloadPolicy
+    from verl.workers.engine.fsdp import transformer_impl
+
+    if getattr(transformer_impl.CPUOffloadPolicy, "skl_cpu", False):
+        return
+
+    def unpinned_offload_policy(pin_memory: bool = True) -> CPUOffloadPolicy:
+        return CPUOffloadPolicy(pin_memory=False)
+
+    unpinned_offload_policy.skl_cpu = True
+    transformer_impl.CPUOffloadPolicy = unpinned_offload_policy
+
+
 def activate() -> None:
-    """Everything a process of a CPU run needs: platform, gloo mapping, ``hf`` rollout, sdpa critics."""
+    """Everything a process of a CPU run needs: platform, gloo mapping, ``hf`` rollout, sdpa critics,
+    unpinned reference models."""
     enable_cpu_platform()
     _gloo_for_cpu_backend_strings()
     register_cpu_rollout()
     _value_models_with_sdpa()
+    _reference_models_unpinned()
 
 
 if __import__("os").environ.get("VERL_PLATFORM") == "cpu":
