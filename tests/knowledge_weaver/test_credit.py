@@ -78,3 +78,37 @@ def test_rescoring_under_each_context_matches_a_teacher_forced_forward(tiny_mode
         assert row.tolist() == pytest.approx(expected, abs=1e-5)
     credit = mi_token_credit(scored[None], torch.tensor([0]), torch.ones(1, len(candidate)))
     assert credit.shape == (1, len(candidate)) and (credit >= 0).all() and (credit <= 0.15).all()
+
+
+def test_the_registered_estimator_reads_own_scores_credit_and_both_log_probs_and_skips_pad_rows():
+    """Through compute_advantage (what skl_sync calls): R from skl_score, not from the KL-penalised
+    token rewards; beta from algorithm.kl_ctrl; an all-zero-mask row (verl padding) joins nothing."""
+    import numpy as np
+    from omegaconf import OmegaConf
+    from verl import DataProto
+
+    import skl_verl
+    from skl_verl.trainer.estimators import compute_advantage
+
+    skl_verl.register(with_trainer=False)
+    mask = torch.tensor([[1, 1], [1, 0], [1, 1], [1, 1], [0, 0]])
+    beh = torch.tensor([[-1.0, -1.0], [-1.0, -9.0], [-1.0, -1.0], [-20.0, -1.0], [-3.0, -3.0]])
+    ref = torch.tensor([[-2.0, -1.5], [-1.0, 0.0], [-1.0, -1.0], [-1.0, -1.0], [0.0, 0.0]])
+    data = DataProto.from_single_dict({
+        "response_mask": mask, "old_log_probs": beh, "ref_log_prob": ref,
+        "token_level_rewards": torch.full((5, 2), 99.0),  # KL-penalised rewards: never read
+    })
+    data.non_tensor_batch.update({
+        "uid": np.array(["a", "a", "b", "b", "a"], dtype=object),
+        "skl_sequence_id": np.array(["kw0:0", "kw0:0", "kw0:1", "kw0:1", "kw0:0"], dtype=object),
+        "skl_score": np.array([1.0, 0.0, 30.0, 30.0, 7.0], dtype=object),
+        "skl_token_credit": np.array([[0.1, 0.0], [0.0, 5.0], None, [0.0, 0.15], [1.0, 1.0]], dtype=object),
+    })
+    algorithm = OmegaConf.create({"adv_estimator": "knowledge_weaver", "use_kl_in_reward": True,
+                                  "kl_ctrl": {"type": "fixed", "kl_coef": 0.01}})
+    out = compute_advantage(data, algorithm).batch["advantages"]
+    expected = knowledge_weaver_advantages(
+        torch.tensor([1.0, 0.0, 30.0, 30.0]), torch.tensor([0, 0, 1, 1]), beh[:4], ref[:4],
+        torch.tensor([[0.1, 0.0], [0.0, 5.0], [0.0, 0.0], [0.0, 0.15]]), mask[:4], beta=0.01)
+    assert torch.allclose(out[:4], expected.float(), atol=1e-6)
+    assert out[4].abs().sum() == 0

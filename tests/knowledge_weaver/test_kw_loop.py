@@ -63,7 +63,7 @@ def two_steps(tmp_path, tiny_model_dir):
         metrics = hook.finalize_kw_step(data, config, global_step)
         steps.append((data, metrics))
     executor = next(e.client for e in loop._PROCESS.executors.values() if isinstance(e.client, GuidanceFollowingExecutor))
-    return steps, config, curator, executor, scorer
+    return steps, config, curator, executor, rollout
 
 
 def by_session(data):
@@ -138,3 +138,22 @@ def test_mi_credit_matches_a_direct_forward_under_both_contexts(two_steps, tiny_
     credit = torch.tensor(fields["skl_token_credit"][i], dtype=torch.float64)
     assert torch.allclose(credit, body * torch.clamp(0.1 * delta.abs(), max=0.15), atol=1e-5)
     assert credit.abs().sum() > 0 and credit[-1] == 0  # the stop token earns nothing
+
+
+def test_a_resumed_step_replays_its_contexts_rewards_and_bank(two_steps):
+    """A run resumed from the checkpoint of step 1 plays step 2 again in fresh worker processes: the same
+    contexts (from bank 1 and step 1's pool index) and rewards, and it writes the same bank 2."""
+    steps, config, _, _, rollout = two_steps
+    state = Path(kw_settings(config).state_dir)
+    bank_2 = (state / "bank" / "bank_000002.jsonl").read_text()
+    loop._PROCESS.contexts.clear()  # what a new worker process starts with
+    loop._PROCESS.baselines.clear()
+    loop._PROCESS.current_step.clear()
+    batches = rollout.batches(2, shuffle=False)
+    next(batches)
+    replay = rollout.rollout(next(batches), step=2, n=G)
+    hook.finalize_kw_step(replay, config, 2)
+    original = steps[1][0]
+    assert torch.equal(replay.batch["prompts"], original.batch["prompts"])
+    assert list(replay.non_tensor_batch["skl_score"]) == list(original.non_tensor_batch["skl_score"])
+    assert (state / "bank" / "bank_000002.jsonl").read_text() == bank_2

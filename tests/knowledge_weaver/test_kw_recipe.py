@@ -1,0 +1,51 @@
+"""The Knowledge Weaver recipe configs: paper Table 4's values, the ablations, and the checks that stop a
+run that cannot train before any worker starts."""
+
+from pathlib import Path
+
+import pytest
+
+from skl_verl.knowledge_weaver.build import compose
+from skl_verl.knowledge_weaver.settings import kw_settings
+from skl_verl.trainer.entry import ConfigError, prepare_config
+
+CONFIG_DIR = str(Path(__file__).resolve().parents[2] / "recipes" / "knowledge_weaver" / "config")
+
+
+@pytest.mark.parametrize("env", ["alfworld", "webshop"])
+def test_configs_carry_table_4(env):
+    config = compose(CONFIG_DIR, f"kw_{env}", [])
+    kw = kw_settings(config)
+    actor, rollout = config.actor_rollout_ref.actor, config.actor_rollout_ref.rollout
+    assert (config.data.train_batch_size, rollout.n, kw.mi["set_size"], kw.context["trajectories"]) == (32, 8, 8, 4)
+    assert (actor.optim.lr, actor.clip_ratio, actor.ppo_mini_batch_size, actor.ppo_epochs) == (1e-6, 0.2, 1, 1)
+    assert actor.clip_ratio_c >= 1e9 and not actor.use_kl_loss and actor.entropy_coeff == 0
+    assert (config.algorithm.kl_ctrl.kl_coef, rollout.temperature, config.data.max_response_length) == (0.01, 1.0, 256)
+    assert config.data.max_prompt_length + config.data.max_response_length == 6000
+    assert (kw.reward["lambda_sr"], kw.reward["lambda_msr"], kw.reward["valid_bonus"], kw.reward["invalid_penalty"]) == (0.5, 0.5, 0.02, -0.1)
+    assert (kw.mi["weight"], kw.mi["cap"], kw.bank["top_m"], kw.reward["tasks"], kw.entry["max_words"]) == (0.1, 0.15, 3, 8, 100)
+    assert (kw.executor["max_steps"], kw.executor["max_tokens"]) == ((50, 192) if env == "alfworld" else (15, 128))
+    assert kw.bank["per_type"] == (env == "alfworld") and kw.single_type == (None if env == "alfworld" else "webshop")
+
+
+@pytest.mark.parametrize("env", ["alfworld", "webshop"])
+def test_ablations_drop_the_bank_and_then_the_mi_credit(env):
+    sr_mi, sr = (kw_settings(compose(CONFIG_DIR, f"kw_{name}_{env}", [])) for name in ("sr_mi", "sr"))
+    assert not sr_mi.bank["enabled"] and sr_mi.reward["lambda_msr"] == 0 and sr_mi.mi["enabled"]
+    assert not sr.bank["enabled"] and sr.reward["lambda_msr"] == 0 and not sr.mi["enabled"]
+
+
+@pytest.mark.parametrize(("override", "message"), [
+    ("data.shuffle=true", "data.shuffle must be false"),
+    ("data.train_batch_size=12", r"train_batch_size=12 must be a whole number of MI comparison sets \(kw.mi.set_size=8\)"),
+    ("actor_rollout_ref.actor.use_kl_loss=true", "use_kl_loss must be false"),
+    ("algorithm.kl_ctrl.type=adaptive", "kl_ctrl.type must be fixed"),
+    ("+kw.bank.top_k=3", "kw.bank.top_k is not an option"),
+    ("kw.reward.tasks=0", r"kw.reward.tasks is 0"),
+    ("kw.retrieval.backend=faiss", "kw.retrieval.backend is 'faiss'"),
+    ("actor_rollout_ref.rollout.agent.default_agent_loop=skl_env", "needs a knowledge_weaver agent loop"),
+])
+def test_a_config_that_cannot_train_stops_naming_the_key(override, message):
+    config = compose(CONFIG_DIR, "kw_alfworld", [override, "trainer.device=cpu"])
+    with pytest.raises(ConfigError, match=message):
+        prepare_config(config)
