@@ -18,7 +18,9 @@ build_kw() {
   build_missing "$pool" "${build[@]}" pool --per-type "$POOL_PER_TYPE" "${config[@]}"
   if [ "$DRY_RUN" = true ]; then
     echo "dry run: would build the dataset:$(printf ' %q' "${build[@]}" dataset "${config[@]}")"
+    "${build[@]}" check --dry-run "${config[@]}"
   else
     "${build[@]}" dataset "${config[@]}"
+    "${build[@]}" check "${config[@]}"  # the pool is there and the executor answers, before any worker starts
   fi
 }

@@ -18,6 +18,7 @@ import argparse
 import asyncio
 import json
 import random
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -99,6 +100,23 @@ async def collect_pool(settings: KWSettings, per_type: int, seed: int) -> list[P
     return list(await asyncio.gather(*(play(t, spec) for t, spec in chosen)))
 
 
+def run_problems(settings: KWSettings) -> list[str]:
+    """What would stop training: no initial pool, or an executor that does not answer a 1-token request."""
+    from skl_verl.knowledge_weaver.loop import _PROCESS
+
+    problems = []
+    if not Path(settings.pool["initial"]).exists():
+        problems.append(f"kw.pool.initial={settings.pool['initial']} does not exist (build it: build pool)")
+    try:
+        client = _PROCESS.executor(settings).client
+        check = getattr(client, "check", None)
+        if check is not None:
+            check()
+    except Exception as exc:  # noqa: BLE001 - any failure means the executor cannot serve the run
+        problems.append(f"the executor (kw.executor.client, tokenizer {settings.executor['tokenizer']}) cannot serve: {exc}")
+    return problems
+
+
 def compose(config_path: str, config_name: str, overrides: list[str]) -> DictConfig:
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
@@ -111,7 +129,9 @@ def compose(config_path: str, config_name: str, overrides: list[str]) -> DictCon
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Build the Knowledge Weaver pool or dataset from a recipe config.")
-    parser.add_argument("what", choices=("pool", "dataset", "pool-path"), help="pool-path: print where the pool goes")
+    parser.add_argument("what", choices=("pool", "dataset", "pool-path", "check"),
+                        help="pool-path: print where the pool goes; check: the pool is there and the executor answers")
+    parser.add_argument("--dry-run", action="store_true", help="check: warn instead of failing")
     parser.add_argument("--config-path", required=True)
     parser.add_argument("--config-name", required=True)
     parser.add_argument("--per-type", type=int, default=50, help="pool: tasks per type (the authors: 50)")
@@ -121,6 +141,12 @@ def main(argv: list[str] | None = None) -> None:
     settings = kw_settings(config)
     if args.what == "pool-path":
         print(settings.pool["initial"])
+    elif args.what == "check":
+        problems = run_problems(settings)
+        for problem in problems:
+            print(f"{'warning' if args.dry_run else 'error'}: {problem}", file=sys.stderr)
+        if problems and not args.dry_run:
+            raise SystemExit(2)
     elif args.what == "pool":
         records = asyncio.run(collect_pool(settings, args.per_type, args.seed))
         usable = [r for r in records if is_usable(r.episode)]

@@ -53,6 +53,8 @@ from skl_verl.knowledge_weaver.retrieval import (
     HFMeanPoolRetriever,
     retrieval_query,
 )
+from skl_verl.rollout.clients import generation_client
+from skl_verl.rollout.data import json_object_arg
 
 SUCCESS_REWARD = 0.999999
 """WebShop counts an episode a success at this reward (the paper's threshold); won counts everywhere."""
@@ -276,33 +278,10 @@ def parse_ks(text: str) -> list[int]:
     return sorted(set(ks))
 
 
-def _json_object(text: str) -> dict[str, Any]:
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise argparse.ArgumentTypeError(f"not JSON ({exc.msg})") from None
-    if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a JSON object")
-    return value
-
-
 def make_executor_client(args, tokenizer):
     limits = EXECUTOR_LIMITS.get(args.env, DEFAULT_LIMITS)
-    if args.executor_url:
-        from skl_verl.rollout.openai_client import OpenAICompletionsClient
-
-        client = OpenAICompletionsClient(args.executor_url, args.executor_model, tokenizer, max_new_tokens=limits["max_tokens"])
-        client.check()
-        return client
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    from skl_verl.rollout.hf_client import HFGenerationClient
-
-    model = AutoModelForCausalLM.from_pretrained(args.executor_checkpoint)
-    if torch.cuda.is_available():
-        model = model.to("cuda")
-    return HFGenerationClient(model, tokenizer, max_new_tokens=limits["max_tokens"], seed=args.seed)
+    return generation_client(tokenizer, limits["max_tokens"], endpoint=args.executor_url, served_model=args.executor_model,
+                             checkpoint=args.executor_checkpoint, seed=args.seed)
 
 
 def make_retriever(args):
@@ -318,7 +297,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--env", required=True)
     parser.add_argument("--split", help="the env's task split (ALFWorld: valid_unseen; WebShop: test)")
-    parser.add_argument("--env-kwargs", type=_json_object, default={})
+    parser.add_argument("--env-kwargs", type=json_object_arg, default={})
     parser.add_argument("--bank", action="append", required=True, help="a bank JSONL; repeat for each bank (seed)")
     parser.add_argument("--k", type=parse_ks, default=[10], help="0..15, a list 0,8,10, or one k (default 10)")
     parser.add_argument("--sample", type=int, help="evaluate this many tasks, drawn by Random(--sample-seed)")

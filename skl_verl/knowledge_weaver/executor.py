@@ -132,15 +132,3 @@ class FrozenExecutor:
             episode.won, episode.status = False, f"failed: {exc}"
         return episode
 
-
-def local_hf_executor(model_path: str, tokenizer: Any, max_new_tokens: int, seed: int = 0) -> Any:
-    """A frozen in-process copy of a local checkpoint behind verl's ``generate`` (CPU runs and tests;
-    GPU runs serve the executor with ``vllm serve`` and use ``OpenAICompletionsClient``)."""
-    from transformers import AutoModelForCausalLM
-
-    from skl_verl.rollout.hf_client import HFGenerationClient
-
-    model = AutoModelForCausalLM.from_pretrained(model_path).eval()
-    for parameter in model.parameters():
-        parameter.requires_grad_(False)
-    return HFGenerationClient(model, tokenizer, max_new_tokens=max_new_tokens, seed=seed)

@@ -43,6 +43,7 @@ from skl_verl.knowledge_weaver.pool import (
 )
 from skl_verl.knowledge_weaver.prompts import fit_curator_prompt
 from skl_verl.knowledge_weaver.retrieval import BankEntry
+from skl_verl.rollout.clients import generation_client
 
 REPAIR = ("That reply is not a valid entry: {error}. Reply again with exactly one <skill>...</skill> block holding "
           "one paragraph of at most {max_words} words, with nothing before or after the tags.")
@@ -169,21 +170,8 @@ def read_bank(path: str | os.PathLike[str]) -> list[BankEntry]:
 
 
 def make_curator_client(args, tokenizer):
-    if args.endpoint:
-        from skl_verl.rollout.openai_client import OpenAICompletionsClient
-
-        client = OpenAICompletionsClient(args.endpoint, args.model, tokenizer, max_new_tokens=args.max_tokens)
-        client.check()
-        return client
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    from skl_verl.rollout.hf_client import HFGenerationClient
-
-    model = AutoModelForCausalLM.from_pretrained(args.curator)
-    if torch.cuda.is_available():
-        model = model.to("cuda")
-    return HFGenerationClient(model, tokenizer, max_new_tokens=args.max_tokens, seed=args.seed)
+    return generation_client(tokenizer, args.max_tokens, endpoint=args.endpoint, served_model=args.model,
+                             checkpoint=args.curator, seed=args.seed)
 
 
 def main(argv: list[str] | None = None) -> list[GeneratedEntry]:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import pandas as pd
 
 from envs import make_env
+
 
 def env_rows(
     env_name: str,
@@ -53,6 +55,19 @@ def env_rows(
         }
         for i, task_id in enumerate(ids)
     ]
+
+
+def json_object_arg(text: str) -> dict[str, Any]:
+    """An argparse type for a JSON object option (``--env-kwargs``), with the reason when it is not one."""
+    import argparse
+
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON ({exc.msg} at character {exc.pos})") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a JSON object like '{{\"split\": \"test\"}}'")
+    return value
 
 
 def write_parquet(rows: list[dict[str, Any]], path: str | os.PathLike) -> str:

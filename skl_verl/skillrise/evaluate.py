@@ -21,18 +21,23 @@ import os
 import sys
 import tempfile
 from collections import defaultdict
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 
 from envs import make_env
-from skl_verl.trainer import sample_fields as sf
-from skl_verl.rollout.data import write_parquet
+from skl_verl.rollout.clients import generation_client
+from skl_verl.rollout.data import json_object_arg, write_parquet
 from skl_verl.skillrise import paper_results
 from skl_verl.skillrise.build_dataset import sequence_rows
-from skl_verl.skillrise.sequences import covering_sequences, retry_sequences, sample_tasks
-
+from skl_verl.skillrise.sequences import (
+    covering_sequences,
+    retry_sequences,
+    sample_tasks,
+)
+from skl_verl.trainer import sample_fields as sf
 
 PAPER_ENVS = ("alfworld", "webshop", "sciworld")
 
@@ -141,24 +146,6 @@ def default_agent_loop(env: str, method: str = "SkillRise") -> str:
     raise ValueError(f"no {kind}_{env} agent loop to evaluate {method} on {env}; pass --agent-loop")
 
 
-def _make_client(args, tokenizer):
-    if args.endpoint:
-        from skl_verl.rollout.openai_client import OpenAICompletionsClient
-
-        client = OpenAICompletionsClient(args.endpoint, args.served_model, tokenizer, max_new_tokens=args.max_new_tokens)
-        client.check()
-        return client
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    from skl_verl.rollout.hf_client import HFGenerationClient
-
-    model = AutoModelForCausalLM.from_pretrained(args.model)
-    if torch.cuda.is_available():
-        model = model.to("cuda")
-    return HFGenerationClient(model, tokenizer, max_new_tokens=args.max_new_tokens, seed=args.seed)
-
-
 def run_rollouts(args, env_kwargs: dict[str, Any], sequences, tokenizer, client, workdir: Path, name: str):
     from skl_verl.rollout.inprocess_rollout import AgentRollout, compose_config
 
@@ -208,16 +195,6 @@ def _sequence_lengths(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"{text!r}: {exc}; give lengths like 1,2,3") from None
 
 
-def _json_object(text: str) -> dict[str, Any]:
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise argparse.ArgumentTypeError(f"not JSON ({exc.msg} at character {exc.pos})") from None
-    if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a JSON object like '{{\"split\": \"test\"}}'")
-    return value
-
-
 def write_results(path: str | os.PathLike, results: dict[str, Any]) -> None:
     """Replace ``path`` with ``results`` atomically: a kill leaves the previous version whole."""
     path = Path(path)
@@ -230,7 +207,7 @@ def write_results(path: str | os.PathLike, results: dict[str, Any]) -> None:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--env", required=True)
-    parser.add_argument("--env-kwargs", type=_json_object, default={})
+    parser.add_argument("--env-kwargs", type=json_object_arg, default={})
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--model", help="local Hugging Face checkpoint (runs on GPU when available)")
     source.add_argument("--endpoint", help="OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1")
@@ -294,7 +271,8 @@ def _evaluate(args, results: dict[str, Any]) -> dict[str, Any]:
     finally:
         env.close()
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer or args.model)
-    client = _make_client(args, tokenizer)
+    client = generation_client(tokenizer, args.max_new_tokens, endpoint=args.endpoint, served_model=args.served_model,
+                               checkpoint=args.model, seed=args.seed)
     results["tasks"] = len(tasks)
     with tempfile.TemporaryDirectory() as tmp:
         records = run_rollouts(args, args.env_kwargs, retry_sequences(tasks, args.attempts), tokenizer, client, Path(tmp), "pass_at_k")

@@ -49,3 +49,19 @@ def test_a_config_that_cannot_train_stops_naming_the_key(override, message):
     config = compose(CONFIG_DIR, "kw_alfworld", [override, "trainer.device=cpu"])
     with pytest.raises(ConfigError, match=message):
         prepare_config(config)
+
+
+def test_the_run_scripts_check_stops_without_a_pool_or_an_answering_executor(tmp_path, tiny_model_dir, capsys):
+    from skl_verl.knowledge_weaver.build import main
+
+    args = ["check", f"--config-path={CONFIG_DIR}", "--config-name=kw_alfworld", f"kw.pool.initial={tmp_path / 'none.jsonl'}",
+            "kw.executor.client.base_url=http://127.0.0.1:9/v1", "+kw.executor.client.attempts=1",
+            f"kw.executor.tokenizer={tiny_model_dir}"]
+    with pytest.raises(SystemExit) as stopped:
+        main(args)
+    assert stopped.value.code == 2
+    errors = capsys.readouterr().err.splitlines()
+    assert errors[0].startswith(f"error: kw.pool.initial={tmp_path / 'none.jsonl'} does not exist")
+    assert errors[1].startswith("error: the executor (kw.executor.client") and "127.0.0.1:9" in errors[1]
+    main([*args, "--dry-run"])  # a dry run only warns
+    assert all(line.startswith("warning: ") for line in capsys.readouterr().err.splitlines())
