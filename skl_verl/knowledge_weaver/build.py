@@ -75,14 +75,14 @@ def dataset_rows(config: DictConfig) -> list[dict[str, Any]]:
 
 async def collect_pool(settings: KWSettings, per_type: int, seed: int) -> list[PoolEpisode]:
     from skl_verl.knowledge_weaver.loop import (
-        _PROCESS,
         env_task_specs,
+        frozen_executor,
         task_type_of,
     )
     from skl_verl.rollout.env_loop import stable_seed
     from skl_verl.rollout.env_pool import ENV_POOL
 
-    executor = _PROCESS.executor(settings)
+    executor = frozen_executor(settings)
     by_type: dict[str, list[Any]] = {}
     for spec in sorted(env_task_specs(settings), key=lambda s: s.task_id):
         by_type.setdefault(task_type_of(spec, settings), []).append(spec)
@@ -102,13 +102,13 @@ async def collect_pool(settings: KWSettings, per_type: int, seed: int) -> list[P
 
 def run_problems(settings: KWSettings) -> list[str]:
     """What would stop training: no initial pool, or an executor that does not answer a 1-token request."""
-    from skl_verl.knowledge_weaver.loop import _PROCESS
+    from skl_verl.knowledge_weaver.loop import frozen_executor
 
     problems = []
     if not Path(settings.pool["initial"]).exists():
         problems.append(f"kw.pool.initial={settings.pool['initial']} does not exist (build it: build pool)")
     try:
-        client = _PROCESS.executor(settings).client
+        client = frozen_executor(settings).client
         check = getattr(client, "check", None)
         if check is not None:
             check()

@@ -176,6 +176,11 @@ class _Process:
 _PROCESS = _Process()
 
 
+def frozen_executor(settings: KWSettings) -> FrozenExecutor:
+    """This process's frozen executor for ``settings`` (built once: the client, its tokenizer, the caps)."""
+    return _PROCESS.executor(settings)
+
+
 @register("kw_curator")
 class KnowledgeWeaverCuratorLoop(AgentLoopBase):
     """Settings come from the trainer config's ``kw:`` section (``settings.kw_settings``)."""
@@ -274,7 +279,7 @@ class KnowledgeWeaverCuratorLoop(AgentLoopBase):
         return list(await asyncio.shield(task))
 
     async def _play(self, task: RewardTask, guidance: str, request_id: str) -> ExecutorEpisode:
-        executor = _PROCESS.executor(self.kw)
+        executor = frozen_executor(self.kw)
         async with _PROCESS.episode_slots(self.kw):
             with ENV_POOL.lease(self.kw.env_name, self.kw.env_kwargs) as env:
                 return await executor.play(env, task.task_id, guidance, task.seed, request_id=request_id)

@@ -62,7 +62,8 @@ def two_steps(tmp_path, tiny_model_dir):
         data = rollout.rollout(next(batches), step=global_step, n=G)
         metrics = hook.finalize_kw_step(data, config, global_step)
         steps.append((data, metrics))
-    executor = next(e.client for e in loop._PROCESS.executors.values() if isinstance(e.client, GuidanceFollowingExecutor))
+    executor = loop.frozen_executor(kw_settings(config)).client
+    assert isinstance(executor, GuidanceFollowingExecutor)
     return steps, config, curator, executor, rollout
 
 

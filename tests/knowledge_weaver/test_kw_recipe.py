@@ -65,3 +65,16 @@ def test_the_run_scripts_check_stops_without_a_pool_or_an_answering_executor(tmp
     assert errors[1].startswith("error: the executor (kw.executor.client") and "127.0.0.1:9" in errors[1]
     main([*args, "--dry-run"])  # a dry run only warns
     assert all(line.startswith("warning: ") for line in capsys.readouterr().err.splitlines())
+
+
+def test_an_in_process_checkpoint_serves_as_the_frozen_executor(tiny_model_dir):
+    """The CPU executor (README): a local checkpoint behind verl's generate, replacing the endpoint client."""
+    from skl_verl.knowledge_weaver.loop import frozen_executor
+    from skl_verl.rollout.hf_client import HFGenerationClient
+
+    config = compose(CONFIG_DIR, "kw_alfworld", [
+        "~kw.executor.client", f"+kw.executor.client={{_target_:skl_verl.rollout.clients.generation_client,checkpoint:{tiny_model_dir}}}",
+        f"kw.executor.tokenizer={tiny_model_dir}"])
+    executor = frozen_executor(kw_settings(config))
+    assert isinstance(executor.client, HFGenerationClient) and executor.client.max_new_tokens == 192
+    assert not any(p.requires_grad for p in executor.client.model.parameters())
