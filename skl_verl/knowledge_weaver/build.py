@@ -1,10 +1,11 @@
 """Build what a Knowledge Weaver run reads, from the same composed recipe config as the run itself:
 
-    python -m skl_verl.knowledge_weaver.build pool    --config-path recipes/knowledge_weaver/config \\
+    python -m skl_verl.knowledge_weaver.build prepare --config-path recipes/knowledge_weaver/config \\
         --config-name kw_alfworld [hydra overrides...]
-    python -m skl_verl.knowledge_weaver.build dataset --config-path ... --config-name ... [overrides]
-    python -m skl_verl.knowledge_weaver.build pool-path --config-path ... --config-name ... [overrides]
+    python -m skl_verl.knowledge_weaver.build {pool,dataset,check} --config-path ... --config-name ... [overrides]
 
+``prepare`` (what the run scripts call): the pool unless it exists, the dataset, then ``check`` (the
+pool is there and the executor answers; ``--dry-run`` builds nothing and only warns).
 ``pool``: the initial trajectory pool (``kw.pool.initial``): the frozen executor with no guidance on
 ``--per-type`` train tasks of every type (the authors: 50 per ALFWorld type, 300 in all), usable
 episodes only. ``dataset``: ``trainer.total_training_steps`` blocks of ``data.train_batch_size`` rows,
@@ -127,11 +128,39 @@ def compose(config_path: str, config_name: str, overrides: list[str]) -> DictCon
         return hydra_compose(config_name=config_name, overrides=overrides)
 
 
+def build_pool(settings: KWSettings, per_type: int, seed: int) -> None:
+    records = asyncio.run(collect_pool(settings, per_type, seed))
+    usable = [r for r in records if is_usable(r.episode)]
+    path = write_pool(settings.pool["initial"], usable)
+    won = sum(r.episode.won for r in usable)
+    print(f"wrote {len(usable)} usable episodes of {len(records)} ({won} won) to {path}")
+    if not usable:
+        raise SystemExit("error: the executor produced no usable episode; the curator would have no context")
+
+
+def build_dataset(config: DictConfig) -> None:
+    from skl_verl.rollout.data import write_parquet
+
+    rows = dataset_rows(config)
+    for path in sorted({str(config.data.train_files), str(config.data.val_files)}):
+        write_parquet(rows, path)
+        print(f"wrote {len(rows)} context rows ({config.trainer.total_training_steps} steps) to {path}")
+
+
+def check(settings: KWSettings, dry_run: bool) -> None:
+    problems = run_problems(settings)
+    for problem in problems:
+        print(f"{'warning' if dry_run else 'error'}: {problem}", file=sys.stderr)
+    if problems and not dry_run:
+        raise SystemExit(2)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Build the Knowledge Weaver pool or dataset from a recipe config.")
-    parser.add_argument("what", choices=("pool", "dataset", "pool-path", "check"),
-                        help="pool-path: print where the pool goes; check: the pool is there and the executor answers")
-    parser.add_argument("--dry-run", action="store_true", help="check: warn instead of failing")
+    parser.add_argument("what", choices=("prepare", "pool", "dataset", "check"),
+                        help="prepare (the run scripts): the pool unless it exists, the dataset, then check; "
+                             "check: the pool is there and the executor answers")
+    parser.add_argument("--dry-run", action="store_true", help="prepare/check: build nothing, warn instead of failing")
     parser.add_argument("--config-path", required=True)
     parser.add_argument("--config-name", required=True)
     parser.add_argument("--per-type", type=int, default=50, help="pool: tasks per type (the authors: 50)")
@@ -139,30 +168,22 @@ def main(argv: list[str] | None = None) -> None:
     args, overrides = parser.parse_known_args(argv)
     config = compose(args.config_path, args.config_name, overrides)
     settings = kw_settings(config)
-    if args.what == "pool-path":
-        print(settings.pool["initial"])
+    if args.what == "prepare":
+        pool = Path(settings.pool["initial"])
+        if args.dry_run:
+            print(f"dry run: would build {'nothing for ' if pool.exists() else ''}the pool {pool} "
+                  f"({args.per_type} tasks per type) and the dataset {config.data.train_files}")
+        else:
+            if not pool.exists():
+                build_pool(settings, args.per_type, args.seed)
+            build_dataset(config)
+        check(settings, args.dry_run)
     elif args.what == "check":
-        problems = run_problems(settings)
-        for problem in problems:
-            print(f"{'warning' if args.dry_run else 'error'}: {problem}", file=sys.stderr)
-        if problems and not args.dry_run:
-            raise SystemExit(2)
+        check(settings, args.dry_run)
     elif args.what == "pool":
-        records = asyncio.run(collect_pool(settings, args.per_type, args.seed))
-        usable = [r for r in records if is_usable(r.episode)]
-        path = write_pool(settings.pool["initial"], usable)
-        won = sum(r.episode.won for r in usable)
-        print(f"wrote {len(usable)} usable episodes of {len(records)} ({won} won) to {path}")
-        if not usable:
-            raise SystemExit("error: the executor produced no usable episode; the curator would have no context")
+        build_pool(settings, args.per_type, args.seed)
     else:
-        from skl_verl.rollout.data import write_parquet
-
-        rows = dataset_rows(config)
-        files = {str(config.data.train_files), str(config.data.val_files)}
-        for path in sorted(files):
-            write_parquet(rows, path)
-            print(f"wrote {len(rows)} context rows ({config.trainer.total_training_steps} steps) to {path}")
+        build_dataset(config)
 
 
 if __name__ == "__main__":

@@ -78,3 +78,18 @@ def test_an_in_process_checkpoint_serves_as_the_frozen_executor(tiny_model_dir):
     executor = frozen_executor(kw_settings(config))
     assert isinstance(executor.client, HFGenerationClient) and executor.client.max_new_tokens == 192
     assert not any(p.requires_grad for p in executor.client.model.parameters())
+
+
+def test_the_run_scripts_dry_run_shows_what_it_would_build_and_warns(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    root = Path(CONFIG_DIR).parents[2]
+    env = dict(os.environ, PYTHON=sys.executable, DATA_DIR=str(tmp_path), HF_HUB_OFFLINE="1")
+    done = subprocess.run(["bash", "recipes/knowledge_weaver/run_webshop.sh", "--dry-run"], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"would build the pool {tmp_path}/pool_webshop.jsonl (300 tasks per type)" in done.stdout
+    assert "warning: the executor (kw.executor.client" in done.stderr
+    assert "dry run: config composed and checked" in done.stdout and not list(tmp_path.iterdir())
