@@ -6,7 +6,8 @@
 #
 # Runs: GRPO on FrozenLake (examples/config/quickstart_frozenlake.yaml, data from skl_verl.rollout.data);
 # skl_rl_chess_distill on the chess sample (envs/data/chess_puzzles_sample.csv; needs stockfish);
-# SkillRise on ALFWorld when ALFWORLD_DATA is set (K=2 unless K is given). No hub download: the model
+# SkillRise on ALFWorld when ALFWORLD_DATA is set (K=2 unless K is given); Knowledge Weaver on FrozenLake
+# lakes with a tiny curator and the executor stand-in. No hub download: the model
 # is skl_verl.rollout.tiny_model's. For each run it prints the loop that ran, step 2's success rate and
 # training/rollout_probs_diff_max (weights synced to vLLM when it is ~0) from verl's file logger.
 # --dry-run composes and checks every config (skl.dry_run=true) without building anything or a GPU.
@@ -109,5 +110,45 @@ if [ -n "${ALFWORLD_DATA:-}" ]; then
     run skillrise_alfworld skillrise bash recipes/skillrise/run_alfworld.sh $([ "$DRY_RUN" = true ] && echo --dry-run)
 else
   echo "=== skillrise_alfworld skipped: ALFWORLD_DATA not set"
+fi
+# 4. Knowledge Weaver (kw_alfworld's settings) on two one-row lakes, as the CPU smoke runs it: the tiny curator
+#    (skl_verl.knowledge_weaver.tiny_curator) sampling on vLLM, the MI credit from vLLM's prompt_logprobs, the
+#    reference policy for the KL term, and the executor stand-in of tests/knowledge_weaver/kw_standins.py.
+#    Checked: step 1 admits the entry, step 2 retrieves it, the MI credit is non-zero, the update moved.
+KW=$OUT/knowledge_weaver
+KW_ARGS=(
+  --config-path="$PWD/recipes/knowledge_weaver/config" --config-name=kw_alfworld
+  kw.env.name=frozenlake "~kw.env.kwargs" "+kw.env.kwargs={maps:[[SG],[HSG]],slip:[0.0,0.0],max_steps:3}"
+  "kw.executor.client={_target_:kw_standins.GuidanceFollowingExecutor}" kw.executor.tokenizer="$KW/curator"
+  kw.executor.max_steps=3 kw.mi.set_size=2 kw.reward.tasks=2 kw.context.trajectories=1 kw.retrieval.backend=bm25
+  data.train_files="$KW/kw.parquet" data.val_files="$KW/kw.parquet" kw.pool.initial="$KW/pool.jsonl"
+  trainer.default_local_dir="$KW/ckpt" trainer.total_training_steps=2 data.train_batch_size=2
+)
+export PYTHONPATH=$PWD/tests/knowledge_weaver${PYTHONPATH:+:$PYTHONPATH}
+mkdir -p "$KW"
+if [ "$DRY_RUN" = false ]; then
+  rm -rf "$KW/ckpt"
+  "$PYTHON" -m skl_verl.knowledge_weaver.tiny_curator "$KW/curator"
+  "$PYTHON" -m skl_verl.knowledge_weaver.build prepare --per-type 2 "${KW_ARGS[@]}"
+fi
+echo "=== knowledge_weaver (kw_curator)"
+VERL_FILE_LOGGER_PATH=$KW/metrics.jsonl "$PYTHON" -m skl_verl.main "${KW_ARGS[@]}" actor_rollout_ref.model.path="$KW/curator" \
+  trainer.experiment_name=knowledge_weaver "${COMMON[@]}" "++skl.dry_run=$DRY_RUN" "${EXTRA[@]+"${EXTRA[@]}"}" \
+  data.max_response_length=32 2>&1 | tee "$KW/train.log"
+if [ "$DRY_RUN" = false ]; then
+  "$PYTHON" - "$KW/metrics.jsonl" <<'EOF'
+import json, sys
+steps = {}
+for line in open(sys.argv[1]):
+    if line.strip():
+        entry = json.loads(line)
+        steps.setdefault(entry["step"], {}).update(entry["data"])
+one, two = steps.get(1, {}), steps.get(2, {})
+keys = ("kw/valid_rate", "kw/admitted", "kw/retrieved", "kw/bank_only_sr", "kw/mi_credit", "actor/grad_norm")
+print("knowledge_weaver:", {k: (one.get(k), two.get(k)) for k in keys})
+if not (one.get("kw/admitted") == 1 and two.get("kw/retrieved") == 1 and two.get("kw/mi_credit", 0) > 0
+        and two.get("actor/grad_norm", 0) > 0):
+    sys.exit("knowledge_weaver: expected an entry admitted at step 1 and retrieved at step 2, MI credit and an update")
+EOF
 fi
 echo "gpu smoke: done (outputs in $OUT)"

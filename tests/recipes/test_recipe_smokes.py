@@ -300,17 +300,9 @@ KW_LAKES = "{maps:[[SG],[HSG]],slip:[0.0,0.0],max_steps:3}"
 
 @pytest.fixture(scope="module")
 def kw_curator_model(tmp_path_factory):
-    from skl_verl.knowledge_weaver.executor import ExecutorEpisode, ExecutorStep
-    from skl_verl.knowledge_weaver.prompts import PROFILES, curator_messages
-    from skl_verl.rollout.tiny_model import build_tiny_model
+    from skl_verl.knowledge_weaver.tiny_curator import build_tiny_curator
 
-    def episode(steps: int, lake: str) -> ExecutorEpisode:
-        return ExecutorEpisode("t", "No additional guidance.", lake, [ExecutorStep(lake, "left", lake, 0.0, False, False)] * steps)
-
-    prompts = [curator_messages("frozenlake", "frozenlake", [episode(n, lake)], PROFILES[0])
-               for n in (1, 2, 3) for lake in ("P G", "H P G")]
-    return str(build_tiny_model(tmp_path_factory.mktemp("kw_curator"), format_actions=("Go right.",),
-                                reply_template="<skill>{}</skill>", format_steps=100, warmup_prompts=prompts))
+    return str(build_tiny_curator(tmp_path_factory.mktemp("kw_curator")))
 
 
 def test_knowledge_weaver_alfworld(tmp_path, kw_curator_model, alfworld_data):

@@ -1,0 +1,31 @@
+"""A tiny local curator for Knowledge Weaver smokes (CPU tests, scripts/gpu_smoke.sh): the tiny model of
+``skl_verl.rollout.tiny_model`` warmed up to answer curator prompts over FrozenLake trajectories with
+``<skill>Go right.</skill>``, so that a smoke's candidates are valid entries (random weights never close
+the tags) whose effect on a guidance-following executor is known."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+ENTRY = "Go right."
+
+
+def build_tiny_curator(out_dir: str | os.PathLike[str], format_steps: int = 100) -> Path:
+    from skl_verl.knowledge_weaver.executor import ExecutorEpisode, ExecutorStep
+    from skl_verl.knowledge_weaver.prompts import PROFILES, curator_messages
+    from skl_verl.rollout.tiny_model import build_tiny_model
+
+    def episode(steps: int, lake: str) -> ExecutorEpisode:
+        return ExecutorEpisode("t", "No additional guidance.", lake, [ExecutorStep(lake, "left", lake, 0.0, False, False)] * steps)
+
+    prompts = [curator_messages("frozenlake", "frozenlake", [episode(n, lake)], PROFILES[0])
+               for n in (1, 2, 3) for lake in ("P G", "H P G")]
+    return build_tiny_model(out_dir, format_actions=(ENTRY,), reply_template="<skill>{}</skill>",
+                            format_steps=format_steps, warmup_prompts=prompts)
+
+
+if __name__ == "__main__":
+    import sys
+
+    print(build_tiny_curator(sys.argv[1]))
