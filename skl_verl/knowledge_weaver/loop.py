@@ -57,7 +57,12 @@ from skl_verl.knowledge_weaver.retrieval import (
 )
 from skl_verl.knowledge_weaver.settings import KWSettings, kw_settings
 from skl_verl.knowledge_weaver.state import BankStore, Entry
-from skl_verl.rollout.env_loop import single_turn_output, stable_seed, weight_versions
+from skl_verl.rollout.env_loop import (
+    single_turn_output,
+    stable_seed,
+    weight_version_fields,
+    weight_versions,
+)
 from skl_verl.rollout.env_pool import ENV_POOL
 from skl_verl.rollout.env_runtime import guarded_call
 from skl_verl.trainer import sample_fields as sf
@@ -123,6 +128,8 @@ class _Process:
         self.semaphores: dict[int, asyncio.Semaphore] = {}
         self.contexts: dict[tuple, asyncio.Task] = {}
         self.baselines: dict[tuple, asyncio.Task] = {}
+        self.banks: dict[tuple, list[Entry]] = {}
+        self.pools: dict[tuple, list[PoolEpisode]] = {}
         self.current_step: dict[str, int] = {}
 
     def executor(self, settings: KWSettings) -> FrozenExecutor:
@@ -159,14 +166,33 @@ class _Process:
             self.semaphores[loop_id] = asyncio.Semaphore(settings.executor["max_parallel_episodes"])
         return self.semaphores[loop_id]
 
+    def _begin(self, state_dir: str, step: int) -> None:
+        """A new step: what earlier steps built is done with."""
+        if self.current_step.get(state_dir, -1) < step:
+            for table in (self.contexts, self.baselines, self.banks, self.pools):
+                for stale in [k for k in table if k[0] == state_dir and k[1] < step]:
+                    del table[stale]
+            self.current_step[state_dir] = step
+
+    def bank(self, settings: KWSettings, step: int) -> list[Entry]:
+        """bank(step), read once per process (it is immutable while the step runs)."""
+        self._begin(settings.state_dir, step)
+        key = (settings.state_dir, step)
+        if key not in self.banks:
+            self.banks[key] = BankStore(settings.state_dir).bank(step)
+        return self.banks[key]
+
+    def pool(self, settings: KWSettings, step: int) -> list[PoolEpisode]:
+        """pool(step), read once per process (the initial pool and step - 1's episodes do not change)."""
+        self._begin(settings.state_dir, step)
+        key = (settings.state_dir, step)
+        if key not in self.pools:
+            self.pools[key] = PoolStore(settings.state_dir, settings.pool["initial"], settings.pool["use_previous_step"]).pool(step)
+        return self.pools[key]
+
     def single_flight(self, table: dict[tuple, asyncio.Task], key: tuple, make) -> tuple[asyncio.Task, bool]:
         """The task computing ``key`` (started now by ``make()`` if nobody has); True if started here."""
-        state_dir, step = key[0], key[1]
-        if self.current_step.get(state_dir, -1) < step:  # a new step: earlier steps' entries are done with
-            for stale in [k for k in {**self.contexts, **self.baselines} if k[0] == state_dir and k[1] < step]:
-                self.contexts.pop(stale, None)
-                self.baselines.pop(stale, None)
-            self.current_step[state_dir] = step
+        self._begin(key[0], key[1])
         if key in table:
             return table[key], False
         table[key] = asyncio.ensure_future(make())
@@ -203,8 +229,7 @@ class KnowledgeWeaverCuratorLoop(AgentLoopBase):
         task_type = set_types[set_slots.index(slot)]
         session = int(kwargs.get("session_id", 0) or 0)
         trajectory_id = f"{kwargs.get('uid', f'kw{step}-{slot}')}_{session}"
-        banks = BankStore(self.kw.state_dir)
-        bank = banks.bank(step)
+        bank = _PROCESS.bank(self.kw, step)
 
         contexts = await asyncio.gather(*(self._context(step, s, t) for s, t in zip(set_slots, set_types)))
         prompt_ids = contexts[set_slots.index(slot)]
@@ -247,7 +272,7 @@ class KnowledgeWeaverCuratorLoop(AgentLoopBase):
                 self._mi_credit(contexts, set_slots.index(slot), response_ids, body_mask, trajectory_id),
             )
             score = reward["lambda_sr"] * outcome["sr"] + reward["lambda_msr"] * outcome["msr"] + reward["valid_bonus"]
-            fields.update({f"skl_kw_{k}": v for k, v in outcome.items() if k != "episodes_for_pool"})
+            fields.update({f"skl_kw_{k}": v for k, v in outcome.items() if k not in ("episodes_for_pool", "failed_episodes")})
             fields["skl_failed"] = outcome["failed_episodes"] > 0
             if credit is not None:
                 fields[sf.TOKEN_CREDIT] = credit.tolist()
@@ -258,16 +283,14 @@ class KnowledgeWeaverCuratorLoop(AgentLoopBase):
             if self.kw.pool["use_previous_step"]:
                 usable = [PoolEpisode(task_type, e) for e in outcome["episodes_for_pool"] if is_usable(e)]
                 PoolStore(self.kw.state_dir, self.kw.pool["initial"], True).record(step, trajectory_id, usable)
-        fields.pop("skl_kw_failed_episodes", None)
-        versions = weight_versions(output) or [max(step, 0)]
-        version_fields = {"min_global_steps": min(versions), "max_global_steps": max(versions)}
+        version_fields = weight_version_fields(weight_versions(output), step + 1)
         return single_turn_output(prompt_ids, response_ids, float(score), fields, output.log_probs, version_fields)
 
     async def _context(self, step: int, slot: int, task_type: str) -> list[int]:
         """x_slot of step j: the curator prompt over 4 pool trajectories of the slot's type."""
 
         async def build() -> list[int]:
-            pool = PoolStore(self.kw.state_dir, self.kw.pool["initial"], self.kw.pool["use_previous_step"]).pool(step)
+            pool = _PROCESS.pool(self.kw, step)
             episodes = sample_context(pool, task_type, self.kw.context["trajectories"],
                                       seed=stable_seed(f"{self.kw.seed}:{step}:{slot}:context"))
             _, ids, _ = fit_curator_prompt(self.tokenizer, self.kw.env_name, task_type, episodes, self.prompt_budget,

@@ -449,11 +449,7 @@ class EnvAgentLoop(AgentLoopBase):
             return await guarded_call(fn, *args, timeout_s=self.env_step_timeout_s, **kwargs)
 
     def weight_version_fields(self, versions: list[int]) -> dict[str, int]:
-        """verl's staleness tags (``min/max_global_steps``), which its v1 trainer requires on every
-        sample. A sample without any generation (a failed reset, a teacher-forced target built from
-        text) is tagged with the weights of this rollout step: those of the previous update."""
-        versions = versions or [max(self.trainer_step - 1, 0)]
-        return {"min_global_steps": min(versions), "max_global_steps": max(versions)}
+        return weight_version_fields(versions, self.trainer_step)
 
     async def score_response(
         self, prompt_ids: list[int], response_ids: list[int], request_id: str, sampling_params: dict[str, Any]
@@ -534,6 +530,15 @@ def weight_versions(output: Any) -> list[int]:
     """The rollout weights' version a ``TokenOutput`` was generated with (``[]`` when the server gives none)."""
     version = output.extra_fields.get("global_steps")
     return [] if version is None else [int(version)]
+
+
+def weight_version_fields(versions: list[int], trainer_step: int) -> dict[str, int]:
+    """verl's staleness tags (``min/max_global_steps``), which its v1 trainer requires on every
+    sample. A sample without any generation (a failed reset, a teacher-forced target built from
+    text) is tagged with the weights of this rollout step (``trainer_step``): those of the previous
+    update."""
+    versions = versions or [max(trainer_step - 1, 0)]
+    return {"min_global_steps": min(versions), "max_global_steps": max(versions)}
 
 
 def single_turn_output(

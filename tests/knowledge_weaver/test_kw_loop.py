@@ -149,6 +149,8 @@ def test_a_resumed_step_replays_its_contexts_rewards_and_bank(two_steps):
     bank_2 = (state / "bank" / "bank_000002.jsonl").read_text()
     loop._PROCESS.contexts.clear()  # what a new worker process starts with
     loop._PROCESS.baselines.clear()
+    loop._PROCESS.banks.clear()
+    loop._PROCESS.pools.clear()
     loop._PROCESS.current_step.clear()
     batches = rollout.batches(2, shuffle=False)
     next(batches)
