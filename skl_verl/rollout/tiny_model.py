@@ -84,8 +84,9 @@ def build_tiny_model(
         vocab_size=(len(tokenizer) + 63) // 64 * 64,
         hidden_size=hidden_size,
         num_hidden_layers=num_layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+        # head_dim 32: vLLM's CPU attention takes head sizes 32, 64, 80, 96, ... (16 is rejected).
+        num_attention_heads=hidden_size // 32,
+        num_key_value_heads=hidden_size // 32,
         intermediate_size=hidden_size * 2,
         max_position_embeddings=8192,
         tie_word_embeddings=False,

