@@ -1,6 +1,6 @@
 """A tiny causal LM + tokenizer built locally from a config, with no hub download.
 
-Used by the CPU quickstart and tests: a 2-layer Qwen2 (random weights, ~0.1M parameters)
+Used by the CPU quickstart and tests: a 2-layer Qwen2 (random weights, ~0.5M parameters)
 with a byte-level BPE tokenizer trained on a small corpus of our prompts and a ChatML
 template, so verl's Qwen2 code paths (chat template, continuous-token builder) are exercised.
 It is a stand-in for Qwen3-4B / Qwen2.5-7B, which this machine cannot download or run.
@@ -34,7 +34,7 @@ _CORPUS = [
 def build_tiny_model(
     out_dir: str | os.PathLike,
     seed: int = 0,
-    hidden_size: int = 64,
+    hidden_size: int = 128,
     num_layers: int = 2,
     format_actions: tuple[str, ...] = ("left", "down", "right", "up"),
     format_steps: int = 120,
@@ -84,9 +84,10 @@ def build_tiny_model(
         vocab_size=(len(tokenizer) + 63) // 64 * 64,
         hidden_size=hidden_size,
         num_hidden_layers=num_layers,
-        # head_dim 32: vLLM's CPU attention takes head sizes 32, 64, 80, 96, ... (16 is rejected).
+        # head_dim 32: vLLM's CPU attention takes head sizes 32, 64, 80, 96, ... (16 is rejected). Four query
+        # heads: with two (hidden size 64), the warm-up no longer teaches the tiny curator its reply.
         num_attention_heads=hidden_size // 32,
-        num_key_value_heads=hidden_size // 32,
+        num_key_value_heads=hidden_size // 64,
         intermediate_size=hidden_size * 2,
         max_position_embeddings=8192,
         tie_word_embeddings=False,
