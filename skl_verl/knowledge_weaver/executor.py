@@ -22,7 +22,11 @@ EXECUTOR_SYSTEM = (
     "below where it applies. Each turn, think briefly and then give exactly one command from the admissible "
     "commands on a final line of the form 'Action: <command>'."
 )
-_ACTION = re.compile(r"^\s*Action\s*:\s*(.+?)\s*$", re.IGNORECASE | re.MULTILINE)
+# "Action" first on its line (ASCII case ignored), then ":". Possessive and kept to one line before the
+# word, each character is read a bounded number of times: ^\s* would rescan every blank line below each
+# line start (quadratic on many newlines).
+_ACTION_LABEL = re.compile(r"^[^\S\n]*+(?ai:action)\s*+:", re.MULTILINE)
+_SPACES = re.compile(r"\s*+")
 
 
 @dataclass
@@ -58,17 +62,40 @@ def task_description(info: dict[str, Any], observation: str) -> str:
     return observation
 
 
+def labelled_commands(reply: str) -> list[str]:
+    """The command after each ``Action:`` label that starts a line (ASCII case ignored), in order, in
+    linear time.
+
+    The command is the rest of the label's line, or of the next non-blank line when the label ends its
+    line (``Action:\\ngo north``), with surrounding whitespace removed; it can hold another label, which
+    then starts no command of its own. A label followed only by whitespace names an empty command, unless
+    only line breaks follow it (then it names none): the line pattern this scan replaced read replies so,
+    and the executor's recorded episodes depend on it."""
+    commands, position = [], 0
+    while (label := _ACTION_LABEL.search(reply, position)) is not None:
+        start = _SPACES.match(reply, label.end()).end()
+        if start == len(reply):
+            if reply.count("\n", label.end()) < len(reply) - label.end():
+                commands.append("")
+            break
+        end = reply.find("\n", start)
+        end = len(reply) if end == -1 else end
+        commands.append(reply[start:end].rstrip())
+        position = end
+    return commands
+
+
 def chosen_command(reply: str, admissible: list[str]) -> tuple[str, bool]:
     """The command a reply names: its last ``Action:`` line matched to an admissible command (case and
     whitespace aside). With no ``Action:`` line: ``look`` when admissible, else the reply's last line,
     sent as it is (the env answers it as an invalid action). Returns (command, reply was invalid)."""
-    found = _ACTION.findall(reply)
+    found = labelled_commands(reply)
     if found:
         wanted = " ".join(found[-1].split()).lower()
         for command in admissible:
             if " ".join(command.split()).lower() == wanted:
                 return command, False
-        return found[-1].strip(), True
+        return found[-1], True
     if "look" in admissible:
         return "look", True
     lines = [line.strip() for line in reply.strip().splitlines() if line.strip()]
