@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from skl_verl.rollout.env_runtime import EnvCallFailed, guarded_call
+from skl_verl.rollout.prompt_safety import neutralise_special_tokens
 
 EXECUTOR_SYSTEM = (
     "You are an agent completing a household or shopping task in a text environment. Use the guidance "
@@ -113,6 +114,10 @@ class FrozenExecutor:
 
     def messages(self, guidance: str, task_text: str, observation: str, memory: list[ExecutorStep],
                  admissible: list[str]) -> list[dict[str, str]]:
+        """The executor's chat messages. Guidance is written by the curator under training and the rest comes
+        from the env and the executor's own replies, so both turns are neutralised for the executor's
+        tokenizer: no text can open a turn (a curator could otherwise write its entry into a system turn of
+        its own and game the executor it is scored by)."""
         parts = [f"Task: {task_text}", f"Observation: {observation[-self.observation_chars:]}"]
         if memory:
             cap = self.memory_chars
@@ -123,9 +128,11 @@ class FrozenExecutor:
             ]
             parts.append("Recent steps:\n" + "\n".join(lines))
         parts.append("Admissible commands:\n" + "\n".join(f"- {c}" for c in sorted(admissible)))
+        guidance = neutralise_special_tokens(guidance, self.tokenizer)
+        user = neutralise_special_tokens("\n".join(parts), self.tokenizer)
         return [
             {"role": "system", "content": f"{EXECUTOR_SYSTEM}\n\nGuidance:\n{guidance}"},
-            {"role": "user", "content": "\n".join(parts) + "\n\nRespond with a thought and an action."},
+            {"role": "user", "content": user + "\n\nRespond with a thought and an action."},
         ]
 
     async def play(self, env: Any, task_id: str, guidance: str, seed: int, request_id: str = "executor") -> ExecutorEpisode:
