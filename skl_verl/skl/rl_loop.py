@@ -84,7 +84,7 @@ BRANCH_REQUEST = (
 )
 SIMULATION_OPTIONS = ("self", "random", "expert_mix")
 MAX_BRANCH_OBSERVATION_CHARS = 1500  # one branch state in the trace; chess positions are ~700 characters
-# Only the tags are searched for; what lies between them is paired up in one pass (proposed_moves), so a
+# Only the tags are searched for; what lies between them is paired up in one pass (tagged_moves), so a
 # reply of many unclosed <move> tags is read once instead of once per tag.
 _MOVE_TAG = re.compile(r"<(/?)(?ai:move)>")
 
