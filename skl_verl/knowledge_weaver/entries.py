@@ -8,8 +8,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 STOP_TOKENS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>")
-_ENTRY = re.compile(r"<skill>\s*(.*?)\s*</skill>", re.DOTALL)
-_TAG = re.compile(r"</?[A-Za-z][^<>]*>")
+OPEN_TAG, CLOSE_TAG = "<skill>", "</skill>"
+# Stop tokens (and whitespace between them) at the end of a reply, matched on the reversed reply: a
+# possessive scan from its start is linear, where searching for a suffix would retry every position.
+_TRAILING_STOPS_REVERSED = re.compile(r"(?:\s*+(?:" + "|".join(re.escape(s[::-1]) for s in STOP_TOKENS) + "))*+")
+_TAG = re.compile(r"</?[A-Za-z][^<>]*+>")
+# Chat control tokens (<|im_start|>, DeepSeek's <｜end▁of▁sentence｜>: no whitespace between the bars)
+# are no tags to _TAG, yet in the executor's prompt they would open a turn of the curator's choosing.
+_CONTROL_TOKEN = re.compile(r"<[|｜][^<>\s]*+(?<=[|｜])>")
 PLACEHOLDERS = {"...", "…", "n/a", "none", "null", "todo", "tbd"}
 NO_GUIDANCE = "No additional guidance."
 
@@ -25,28 +31,28 @@ class ParsedEntry:
 
 def parse_entry(reply: str, max_words: int = 100) -> ParsedEntry:
     """A reply is a valid entry when, after trailing stop tokens, it is exactly one
-    ``<skill>body</skill>`` whose body is non-empty, has no tags, at most ``max_words`` words, and is
-    not a placeholder. No repair and no truncation: an invalid reply scores the format penalty."""
-    text = reply
-    stripped = True
-    while stripped:
-        stripped = False
-        for stop in STOP_TOKENS:
-            if text.rstrip().endswith(stop):
-                text, stripped = text.rstrip()[: -len(stop)], True
-    match = _ENTRY.fullmatch(text.strip())
-    if match is None:
+    ``<skill>body</skill>`` whose body is non-empty, has no tags and no chat control tokens, at most
+    ``max_words`` words, and is not a placeholder. No repair and no truncation: an invalid reply scores
+    the format penalty.
+
+    Linear time: a curator under RL can write anything, and this runs on the agent loop's event loop."""
+    text = reply[: len(reply) - _TRAILING_STOPS_REVERSED.match(reply[::-1]).end()]
+    entry = text.strip()
+    if not (entry.startswith(OPEN_TAG) and entry.endswith(CLOSE_TAG)):  # the two tags cannot overlap
         return ParsedEntry(False, error="the reply is not exactly one <skill>...</skill> block")
-    body = match.group(1)
-    offset = len(text) - len(text.lstrip())
-    span = (offset + match.start(1), offset + match.end(1))
+    inside = entry[len(OPEN_TAG) : len(entry) - len(CLOSE_TAG)]
+    body = inside.strip()
+    start = (len(text) - len(text.lstrip())) + len(OPEN_TAG) + (len(inside) - len(inside.lstrip()))
+    span = (start, start + len(body))
     if not body:
         return ParsedEntry(False, error="empty entry")
+    if _CONTROL_TOKEN.search(body):
+        return ParsedEntry(False, error="control tokens inside the entry")
     if _TAG.search(body):
         return ParsedEntry(False, error="tags inside the entry")
     if len(body.split()) > max_words:
         return ParsedEntry(False, error=f"{len(body.split())} words, over the {max_words}-word cap")
-    if body.strip().lower() in PLACEHOLDERS or re.fullmatch(r"<[^<>]*>", body.strip()):
+    if body.lower() in PLACEHOLDERS or re.fullmatch(r"<[^<>]*>", body):
         return ParsedEntry(False, error=f"placeholder entry {body!r}")
     return ParsedEntry(True, body=body, body_span=span)
 

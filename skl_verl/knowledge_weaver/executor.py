@@ -16,13 +16,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from skl_verl.rollout.env_runtime import EnvCallFailed, guarded_call
+from skl_verl.rollout.prompt_safety import neutralise_special_tokens
 
 EXECUTOR_SYSTEM = (
     "You are an agent completing a household or shopping task in a text environment. Use the guidance "
     "below where it applies. Each turn, think briefly and then give exactly one command from the admissible "
     "commands on a final line of the form 'Action: <command>'."
 )
-_ACTION = re.compile(r"^\s*Action\s*:\s*(.+?)\s*$", re.IGNORECASE | re.MULTILINE)
+# "Action" first on its line (ASCII case ignored), then ":". Possessive and kept to one line before the
+# word, each character is read a bounded number of times: ^\s* would rescan every blank line below each
+# line start (quadratic on many newlines).
+_ACTION_LABEL = re.compile(r"^[^\S\n]*+(?ai:action)\s*+:", re.MULTILINE)
+_SPACES = re.compile(r"\s*+")
 
 
 @dataclass
@@ -58,17 +63,40 @@ def task_description(info: dict[str, Any], observation: str) -> str:
     return observation
 
 
+def labelled_commands(reply: str) -> list[str]:
+    """The command after each ``Action:`` label that starts a line (ASCII case ignored), in order, in
+    linear time.
+
+    The command is the rest of the label's line, or of the next non-blank line when the label ends its
+    line (``Action:\\ngo north``), with surrounding whitespace removed; it can hold another label, which
+    then starts no command of its own. A label followed only by whitespace names an empty command, unless
+    only line breaks follow it (then it names none): the line pattern this scan replaced read replies so,
+    and the executor's recorded episodes depend on it."""
+    commands, position = [], 0
+    while (label := _ACTION_LABEL.search(reply, position)) is not None:
+        start = _SPACES.match(reply, label.end()).end()
+        if start == len(reply):
+            if reply.count("\n", label.end()) < len(reply) - label.end():
+                commands.append("")
+            break
+        end = reply.find("\n", start)
+        end = len(reply) if end == -1 else end
+        commands.append(reply[start:end].rstrip())
+        position = end
+    return commands
+
+
 def chosen_command(reply: str, admissible: list[str]) -> tuple[str, bool]:
     """The command a reply names: its last ``Action:`` line matched to an admissible command (case and
     whitespace aside). With no ``Action:`` line: ``look`` when admissible, else the reply's last line,
     sent as it is (the env answers it as an invalid action). Returns (command, reply was invalid)."""
-    found = _ACTION.findall(reply)
+    found = labelled_commands(reply)
     if found:
         wanted = " ".join(found[-1].split()).lower()
         for command in admissible:
             if " ".join(command.split()).lower() == wanted:
                 return command, False
-        return found[-1].strip(), True
+        return found[-1], True
     if "look" in admissible:
         return "look", True
     lines = [line.strip() for line in reply.strip().splitlines() if line.strip()]
@@ -86,6 +114,10 @@ class FrozenExecutor:
 
     def messages(self, guidance: str, task_text: str, observation: str, memory: list[ExecutorStep],
                  admissible: list[str]) -> list[dict[str, str]]:
+        """The executor's chat messages. Guidance is written by the curator under training and the rest comes
+        from the env and the executor's own replies, so both turns are neutralised for the executor's
+        tokenizer: no text can open a turn (a curator could otherwise write its entry into a system turn of
+        its own and game the executor it is scored by)."""
         parts = [f"Task: {task_text}", f"Observation: {observation[-self.observation_chars:]}"]
         if memory:
             cap = self.memory_chars
@@ -96,9 +128,11 @@ class FrozenExecutor:
             ]
             parts.append("Recent steps:\n" + "\n".join(lines))
         parts.append("Admissible commands:\n" + "\n".join(f"- {c}" for c in sorted(admissible)))
+        guidance = neutralise_special_tokens(guidance, self.tokenizer)
+        user = neutralise_special_tokens("\n".join(parts), self.tokenizer)
         return [
             {"role": "system", "content": f"{EXECUTOR_SYSTEM}\n\nGuidance:\n{guidance}"},
-            {"role": "user", "content": "\n".join(parts) + "\n\nRespond with a thought and an action."},
+            {"role": "user", "content": user + "\n\nRespond with a thought and an action."},
         ]
 
     async def play(self, env: Any, task_id: str, guidance: str, seed: int, request_id: str = "executor") -> ExecutorEpisode:

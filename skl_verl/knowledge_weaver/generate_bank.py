@@ -44,6 +44,7 @@ from skl_verl.knowledge_weaver.pool import (
 from skl_verl.knowledge_weaver.prompts import fit_curator_prompt
 from skl_verl.knowledge_weaver.retrieval import BankEntry
 from skl_verl.rollout.clients import generation_client
+from skl_verl.rollout.prompt_safety import neutralise_special_tokens
 
 REPAIR = ("That reply is not a valid entry: {error}. Reply again with exactly one <skill>...</skill> block holding "
           "one paragraph of at most {max_words} words, with nothing before or after the tags.")
@@ -112,9 +113,11 @@ async def generate_entry(client: Any, tokenizer: Any, env_name: str, pool: Seque
             return GeneratedEntry(f"entry_{index:06d}", parsed.body, task_type, attempt, False,
                                   tuple(e.task_id for e in episodes))
         replies.append(reply)
-        # Only the latest failed reply is shown, so the prompt stays within budget + one reply.
-        conversation = [*messages, {"role": "assistant", "content": reply},
-                        {"role": "user", "content": REPAIR.format(error=parsed.error, max_words=max_words)}]
+        # Only the latest failed reply is shown, so the prompt stays within budget + one reply. It is shown as
+        # text: a reply that spells out <|im_start|> must not become a turn when it is templated again.
+        repair = REPAIR.format(error=parsed.error, max_words=max_words)
+        conversation = [*messages, {"role": "assistant", "content": neutralise_special_tokens(reply, tokenizer)},
+                        {"role": "user", "content": neutralise_special_tokens(repair, tokenizer)}]
     body = truncated_entry(replies, max_words)
     if body is None:
         warnings.warn(f"entry {index} ({task_type}): no valid entry in {attempts} attempts (last: "

@@ -236,6 +236,9 @@ class KnowledgeWeaverCuratorLoop(AgentLoopBase):
         params = {**sampling_params, "max_tokens": self.response_length}
         output = await self.server_manager.generate(request_id=trajectory_id, prompt_ids=prompt_ids, sampling_params=params)
         response_ids = list(output.token_ids)[: self.response_length]
+        # Special tokens kept: the body's character span must line up with the response tokens. A control
+        # token the curator wrote inside the body makes the entry invalid (parse_entry), so none can reach
+        # an executor's guidance.
         reply = self.tokenizer.decode(response_ids, skip_special_tokens=False)
         parsed = parse_entry(reply, max_words=self.kw.entry["max_words"])
         fields: dict[str, Any] = {

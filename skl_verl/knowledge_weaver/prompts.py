@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from skl_verl.knowledge_weaver.executor import ExecutorEpisode
+from skl_verl.rollout.prompt_safety import neutralise_special_tokens
 
 CURATOR_SYSTEM = (
     "You write one knowledge entry for an agent from trajectories of earlier attempts at tasks of one kind. "
@@ -75,13 +76,16 @@ def render_trajectory(k: int, episode: ExecutorEpisode, task_type: str, profile:
     return "\n".join(lines)
 
 
-def curator_messages(env_name: str, task_type: str, episodes: Sequence[ExecutorEpisode], profile: RenderProfile,
-                     max_words: int = 100) -> list[dict[str, str]]:
+def curator_messages(tokenizer: Any, env_name: str, task_type: str, episodes: Sequence[ExecutorEpisode],
+                     profile: RenderProfile, max_words: int = 100) -> list[dict[str, str]]:
+    """The curator's chat messages. Trajectories hold env observations and the executor's replies, so the
+    user turn is neutralised for ``tokenizer``: a ``<|im_start|>`` in an observation stays text."""
     trajectories = "\n\n".join(render_trajectory(k, e, task_type, profile) for k, e in enumerate(episodes, start=1))
     vocabulary = ACTION_VOCABULARY.get(env_name, "the commands each observation lists as admissible.")
     user = (f"# Task category\n{task_type}\n\n# Legal actions (constraints, not evidence)\n{vocabulary}\n\n"
             f"# Trajectories\n{trajectories}\n\n" + REQUIREMENTS.format(max_words=max_words))
-    return [{"role": "system", "content": CURATOR_SYSTEM}, {"role": "user", "content": user}]
+    return [{"role": "system", "content": CURATOR_SYSTEM},
+            {"role": "user", "content": neutralise_special_tokens(user, tokenizer)}]
 
 
 def fit_curator_prompt(tokenizer: Any, env_name: str, task_type: str, episodes: Sequence[ExecutorEpisode],
@@ -90,7 +94,7 @@ def fit_curator_prompt(tokenizer: Any, env_name: str, task_type: str, episodes: 
     kwargs = {"enable_thinking": False, **(chat_template_kwargs or {})}
     smallest = None
     for profile in PROFILES:
-        messages = curator_messages(env_name, task_type, episodes, profile, max_words)
+        messages = curator_messages(tokenizer, env_name, task_type, episodes, profile, max_words)
         ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, **kwargs)
         ids = list(ids if isinstance(ids, list) else ids["input_ids"])
         if len(ids) <= budget:

@@ -19,8 +19,10 @@ def build_tiny_curator(out_dir: str | os.PathLike[str], format_steps: int = 100)
     def episode(steps: int, lake: str) -> ExecutorEpisode:
         return ExecutorEpisode("t", "No additional guidance.", lake, [ExecutorStep(lake, "left", lake, 0.0, False, False)] * steps)
 
-    prompts = [curator_messages("frozenlake", "frozenlake", [episode(n, lake)], PROFILES[0])
-               for n in (1, 2, 3) for lake in ("P G", "H P G")]
+    def prompts(tokenizer) -> list[list[dict[str, str]]]:
+        return [curator_messages(tokenizer, "frozenlake", "frozenlake", [episode(n, lake)], PROFILES[0])
+                for n in (1, 2, 3) for lake in ("P G", "H P G")]
+
     return build_tiny_model(out_dir, format_actions=(ENTRY,), reply_template="<skill>{}</skill>",
                             format_steps=format_steps, warmup_prompts=prompts)
 

@@ -33,7 +33,7 @@ class ActionParser(Protocol):
 class TagActionParser:
     """Extracts the content of the last ``<tag>…</tag>`` block among ``tags``, in linear time.
 
-    The grammar (tag names match case-insensitively; ``WS`` is any whitespace)::
+    The grammar (tag names match ignoring ASCII case only; ``WS`` is any whitespace)::
 
         open(t)   := "<" WS* t ( WS [^<>]* )? ">"     <action>  <action >  < action>  <action id="1">
         close(t)  := "<" WS* "/" WS* t WS* ">"          </action>  </ action>  < /action >
@@ -52,23 +52,28 @@ class TagActionParser:
 
     Every quantifier in the tag pattern is possessive and tag text cannot contain ``<``, so each
     character is examined a bounded number of times whatever the input.
+
+    Case is ignored for ASCII letters only: Unicode case folding would accept near-miss tags such as
+    ``<anſwer>`` (long s folds to ``s``) or ``<actıon>`` (dotless i), which a reader does not see as
+    the tag the prompt asked for.
     """
 
     def __init__(self, tags: tuple[str, ...] | list[str] = ("action", "answer"), max_action_chars: int = 256):
         if not tags:
             raise ValueError("TagActionParser needs at least one tag name")
         for tag in tags:
-            if not isinstance(tag, str) or not re.fullmatch(r"[A-Za-z_][\w-]*", tag):
-                raise ValueError(f"invalid tag name {tag!r}: use letters, digits, '_' or '-'")
+            # ASCII only: tag names match ignoring ASCII case, which is no rule for other letters.
+            if not isinstance(tag, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_-]*", tag):
+                raise ValueError(f"invalid tag name {tag!r}: use ASCII letters, digits, '_' or '-'")
         if isinstance(max_action_chars, bool) or not isinstance(max_action_chars, int) or max_action_chars <= 0:
             raise ValueError(f"max_action_chars must be a positive integer, got {max_action_chars!r}")
         self.tags = tuple(tags)
         self.max_action_chars = max_action_chars
         self._accepted = {t.lower() for t in self.tags}
         names = "|".join(re.escape(t) for t in sorted(self._accepted | {"think"}, key=len, reverse=True))
+        # (?ai:...) scopes ASCII-only case-insensitivity to the names; WS stays Unicode whitespace.
         self._tag = re.compile(
-            rf"<\s*+(?:(?P<close>/)\s*+(?P<closed>{names})\s*+|(?P<opened>{names})(?:\s[^<>]*+)?)>",
-            re.IGNORECASE,
+            rf"<\s*+(?:(?P<close>/)\s*+(?P<closed>(?ai:{names}))\s*+|(?P<opened>(?ai:{names}))(?:\s[^<>]*+)?)>"
         )
 
     def __call__(self, text: str) -> ParsedAction:

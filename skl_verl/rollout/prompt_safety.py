@@ -6,6 +6,10 @@ appears, so an observation or a curated document holding it would open a new cha
 ``system`` one, say) inside our prompt. Every prompt builder passes untrusted text through
 :func:`neutralise_special_tokens` before it reaches ``apply_chat_template``; text the policy wrote that
 is turned into token ids directly goes through :func:`encode_as_text`.
+
+Added tokens that are not marked special count too: Qwen3's ``<think>``, ``</think>`` and
+``<tool_call>`` are ordinary added tokens, yet the string in an observation becomes the one token the
+model reads as the end of its reasoning or the start of a tool call.
 """
 
 from __future__ import annotations
@@ -25,7 +29,26 @@ def special_token_strings(tokenizer: Any) -> tuple[str, ...]:
     for token in (getattr(tokenizer, "added_tokens_decoder", None) or {}).values():
         if getattr(token, "special", False):
             strings.add(str(token.content))
-    # A one-character token has no inside to break; no tokenizer we support has one.
+    return _breakable(strings)
+
+
+def added_token_strings(tokenizer: Any) -> tuple[str, ...]:
+    """Every string the tokenizer turns into one added token wherever it appears: the special ones and
+    the added tokens not marked special (Qwen3's ``</think>``, ``<tool_call>``).
+
+    Added tokens that are only whitespace are left alone: some tokenizers add runs of spaces as tokens
+    (Phi-2, CodeGen), they carry no meaning, and breaking them would change every indented observation."""
+    strings = set(special_token_strings(tokenizer))
+    for token in (getattr(tokenizer, "added_tokens_decoder", None) or {}).values():
+        content = str(token.content)
+        if content.strip():
+            strings.add(content)
+    return _breakable(strings)
+
+
+def _breakable(strings: set[str]) -> tuple[str, ...]:
+    """Longest first, so that a token that contains another is broken as a whole. A one-character token
+    has no inside to break; no tokenizer we support has one."""
     return tuple(sorted((s for s in strings if len(s) > 1), key=lambda s: (-len(s), s)))
 
 
@@ -35,11 +58,12 @@ def _pattern(strings: tuple[str, ...]) -> re.Pattern[str]:
 
 
 def neutralise_special_tokens(text: str, tokenizer: Any) -> str:
-    """``text`` with every special-token string broken by a zero-width space.
+    """``text`` with every added-token string (special or not, see :func:`added_token_strings`) broken
+    by a zero-width space.
 
     Repeated until none is left: breaking one match can expose another that overlapped it (with
     tokens such as ``xa`` and ``ab`` in ``xab``). Insertions never create a match, so it ends."""
-    strings = special_token_strings(tokenizer)
+    strings = added_token_strings(tokenizer)
     if not strings:
         return text
     pattern = _pattern(strings)
@@ -51,7 +75,10 @@ def neutralise_special_tokens(text: str, tokenizer: Any) -> str:
 def encode_as_text(text: str, tokenizer: Any) -> list[int]:
     """Token ids of ``text`` with every special-token string spelt in ordinary tokens, as the model
     that wrote the text produced it. (``split_special_tokens=True`` does the same, but it flips
-    state shared by a fast tokenizer's users, and the agent loop tokenises in several threads.)"""
+    state shared by a fast tokenizer's users, and the agent loop tokenises in several threads.)
+
+    Added tokens not marked special keep their one token here: a model writes Qwen3's ``</think>``
+    as that token, so spelling it out would train on ids the model never produces."""
     strings = special_token_strings(tokenizer)
     if not strings:
         return list(tokenizer(text, add_special_tokens=False)["input_ids"])

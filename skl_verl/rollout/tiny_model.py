@@ -9,8 +9,9 @@ It is a stand-in for Qwen3-4B / Qwen2.5-7B, which this machine cannot download o
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 CHAT_TEMPLATE = (
     "{% for message in messages %}"
@@ -39,7 +40,7 @@ def build_tiny_model(
     format_actions: tuple[str, ...] = ("left", "down", "right", "up"),
     format_steps: int = 120,
     reply_template: str = "<action>{}</action>",
-    warmup_prompts: Sequence[list[dict[str, str]]] = (),
+    warmup_prompts: Callable[[Any], Sequence[list[dict[str, str]]]] | None = None,
 ) -> Path:
     """Write config, weights and tokenizer to ``out_dir`` (idempotent) and return the path.
 
@@ -47,9 +48,10 @@ def build_tiny_model(
     same and RL would see zero advantages. ``format_steps`` of supervised warm-up on replies
     ``<action>X</action>`` (X uniform over ``format_actions``) give a policy that acts, with
     outcomes that differ between rollouts. ``format_steps=0`` keeps the random init.
-    ``reply_template`` shapes the warm-up replies and ``warmup_prompts`` (chat messages) replace the
-    FrozenLake turns they answer: a tiny Knowledge Weaver curator learns ``<skill>X</skill>`` replies
-    (X over ``format_actions``) to curator prompts.
+    ``reply_template`` shapes the warm-up replies and ``warmup_prompts`` (chat messages, built from the
+    new tokenizer: prompt builders neutralise untrusted text with it) replace the FrozenLake turns they
+    answer: a tiny Knowledge Weaver curator learns ``<skill>X</skill>`` replies (X over
+    ``format_actions``) to curator prompts.
     """
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -97,7 +99,8 @@ def build_tiny_model(
     )
     model = Qwen2ForCausalLM(config)
     if format_steps:
-        _format_warmup(model, tokenizer, format_actions, format_steps, seed, reply_template, warmup_prompts)
+        prompts = warmup_prompts(tokenizer) if warmup_prompts else ()
+        _format_warmup(model, tokenizer, format_actions, format_steps, seed, reply_template, prompts)
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.save_pretrained(out)

@@ -46,6 +46,7 @@ the paper's 1/2, 1/3, 1/6 — else a random other legal move; needs the ``stockf
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from typing import Any
 
 from verl.experimental.agent_loop.agent_loop import AgentLoopOutput, register
@@ -83,7 +84,9 @@ BRANCH_REQUEST = (
 )
 SIMULATION_OPTIONS = ("self", "random", "expert_mix")
 MAX_BRANCH_OBSERVATION_CHARS = 1500  # one branch state in the trace; chess positions are ~700 characters
-_MOVE_TAG = re.compile(r"<move>(.*?)</move>", re.DOTALL | re.IGNORECASE)
+# Only the tags are searched for; what lies between them is paired up in one pass (tagged_moves), so a
+# reply of many unclosed <move> tags is read once instead of once per tag.
+_MOVE_TAG = re.compile(r"<(/?)(?ai:move)>")
 
 
 def _canonical(action: str) -> str:
@@ -97,13 +100,27 @@ def proposed_moves(text: str, admissible: list[str], limit: int) -> list[str]:
     that is not admissible is dropped, so at most ``limit`` distinct candidates come back."""
     by_key = {_canonical(a): a for a in admissible}
     chosen: list[str] = []
-    for raw in _MOVE_TAG.findall(text[: 20 * 1024]):  # bounded: a runaway reply cannot stall the loop
+    for raw in tagged_moves(text):
         action = by_key.get(_canonical(raw))
         if action is not None and action not in chosen:
             chosen.append(action)
             if len(chosen) == limit:
                 break
     return chosen
+
+
+def tagged_moves(text: str) -> Iterator[str]:
+    """The text of each ``<move>…</move>`` block, in order, in linear time (tag case ignored, ASCII only).
+
+    A block runs from an opening tag to the first closing tag after it: an opening tag inside a block is
+    part of its text, a closing tag outside any block is ignored, and an unclosed block yields nothing."""
+    opened_at = None
+    for tag in _MOVE_TAG.finditer(text):
+        if not tag[1] and opened_at is None:
+            opened_at = tag.end()
+        elif tag[1] and opened_at is not None:
+            yield text[opened_at : tag.start()]
+            opened_at = None
 
 
 def behaviour_policy(name: str, seed: int, expert_rate: float, engine_path: str | None = None):

@@ -74,6 +74,18 @@ def test_failures_say_why(text, error):
     assert not result.ok and error in result.error
 
 
+@pytest.mark.parametrize("text", [
+    "<anſwer>down</anſwer>",  # long s folds to s under Unicode case folding
+    "<actıon>down</actıon>",  # dotless i
+    "<İnput>down</İnput>",  # dotted capital I (tag "input")
+    "<Key>down</Key>",  # Kelvin sign folds to k (tag "key")
+])
+def test_near_miss_tags_through_unicode_case_folding_are_no_tags(text):
+    result = TagActionParser(tags=("action", "answer", "input", "key"))(text)
+    assert not result.ok and "no <action>" in result.error
+    assert TagActionParser(tags=("action", "answer", "input", "key"))("<ANSWER>down</Answer>").action == "down"
+
+
 def test_configurable_tags_and_validation():
     parser = build_parser({"tags": ["move"], "max_action_chars": 8})
     assert parser("<move>e4</move> <action>up</action>").action == "e4"
@@ -82,6 +94,8 @@ def test_configurable_tags_and_validation():
         build_parser({"tag": ["move"]})
     with pytest.raises(ValueError, match="invalid tag name"):
         TagActionParser(tags=["a b"])
+    with pytest.raises(ValueError, match="ASCII letters"):
+        TagActionParser(tags=["äction"])
     with pytest.raises(ValueError, match="package.module:callable"):
         build_parser("not_a_spec")
 
