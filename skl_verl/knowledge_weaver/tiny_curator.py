@@ -16,12 +16,17 @@ def build_tiny_curator(out_dir: str | os.PathLike[str], format_steps: int = 100)
     from skl_verl.knowledge_weaver.prompts import PROFILES, curator_messages
     from skl_verl.rollout.tiny_model import build_tiny_model
 
-    def episode(steps: int, lake: str) -> ExecutorEpisode:
-        return ExecutorEpisode("t", "No additional guidance.", lake, [ExecutorStep(lake, "left", lake, 0.0, False, False)] * steps)
+    def episode(steps: int, lake: str, guidance: str, action: str) -> ExecutorEpisode:
+        """Unguided plays walk left and never win; plays guided by the entry walk right and win on their last step
+        (the trajectories a smoke's pool holds from step 2 on)."""
+        won = action == "right"
+        play = [ExecutorStep(lake, action, lake, 0.0, False, False)] * (steps - 1)
+        return ExecutorEpisode("t", guidance, lake, [*play, ExecutorStep(lake, action, lake, float(won), won, won)])
 
     def prompts(tokenizer) -> list[list[dict[str, str]]]:
-        return [curator_messages(tokenizer, "frozenlake", "frozenlake", [episode(n, lake)], PROFILES[0])
-                for n in (1, 2, 3) for lake in ("P G", "H P G")]
+        return [curator_messages(tokenizer, "frozenlake", "frozenlake", [episode(n, lake, guidance, action)], PROFILES[0])
+                for n in (1, 2, 3) for lake in ("P G", "H P G")
+                for guidance, action in (("No additional guidance.", "left"), (ENTRY, "right"))]
 
     return build_tiny_model(out_dir, format_actions=(ENTRY,), reply_template="<skill>{}</skill>",
                             format_steps=format_steps, warmup_prompts=prompts)
