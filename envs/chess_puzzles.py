@@ -39,6 +39,11 @@ accepted too when it is a legal move. Surrounding whitespace, a leading move num
 illegal or unparseable action gives reward 0, not done, ``info["invalid_action"] = True``, an
 unchanged board and an observation that repeats the position with the legal moves.
 
+Observations list the legal moves without check and mate marks (``Qxf7`` for ``Qxf7#``: a marked list
+tells the solver which move mates) and at most ``MAX_SHOWN_MOVES`` (30) of them, the first in
+python-chess's generation order, as the authors do; ``admissible_actions()`` holds all of them (sorted,
+marks stripped) and ``action_prompt()`` points at the observation's list instead of repeating it.
+
 ``mode="puzzle"`` (the default) follows the puzzle line:
 
 * legal move that is not the puzzle's move: reward -1, done, not won (with
@@ -419,8 +424,30 @@ def parse_move(board: chess.Board, action: str) -> chess.Move | None:
     return move if move and move in board.legal_moves else None
 
 
+MAX_SHOWN_MOVES = 30
+"""Observations list at most this many legal moves (the authors' ``max_legal_action_n``)."""
+
+
+def clean_san(board: chess.Board, move: chess.Move) -> str:
+    """SAN without its check or mate mark: a listed ``Qxf7#`` would tell the solver which move mates
+    (the authors strip the same marks, ``san_move_leak_symbol``). ``parse_move`` accepts both spellings."""
+    return board.san(move).rstrip("+#")
+
+
 def legal_moves_san(board: chess.Board) -> list[str]:
-    return sorted(board.san(move) for move in board.legal_moves)
+    """Every legal move in SAN without check/mate marks, sorted (the admissible actions)."""
+    return sorted(clean_san(board, move) for move in board.legal_moves)
+
+
+def shown_moves_text(board: chess.Board, limit: int = MAX_SHOWN_MOVES) -> str:
+    """The legal-move line of an observation: marks stripped, at most ``limit`` moves. Which ones is the
+    authors' rule: the first ``limit`` in python-chess's generation order, then ``...``; every legal
+    move stays playable (the authors match a reply against all of them, not the shown ones)."""
+    moves = [clean_san(board, move) for move in board.legal_moves]
+    if len(moves) <= limit:
+        return f"Legal moves (SAN): {', '.join(moves)}"
+    return (f"Legal moves (SAN, {limit} of {len(moves)} shown; any legal move is accepted): "
+            f"{', '.join(moves[:limit])}, ...")
 
 
 def color_name(color: chess.Color) -> str:
@@ -448,11 +475,12 @@ def describe_position(board: chess.Board) -> str:
         f"Board (White at the bottom; uppercase = White, lowercase = Black, '.' = empty):\n"
         f"{board_ascii(board)}\n"
         f"Side to move: {side}{' (in check)' if board.is_check() else ''}\n"
-        f"Legal moves (SAN): {', '.join(legal_moves_san(board))}"
+        f"{shown_moves_text(board)}"
     )
 
 
 _ASK = "Reply with one move in SAN, e.g. Nf3, Rxf2, c5."
+ACTION_PROMPT = "Admissible actions: the legal moves listed above (any legal move in SAN; a check or mate mark is optional)."
 
 
 # --------------------------------------------------------------------------- the environment
@@ -782,6 +810,12 @@ class ChessPuzzlesEnv(TextEnv):
     def admissible_actions(self) -> list[str]:
         _, board = self._require_active()
         return legal_moves_san(board)
+
+    def action_prompt(self) -> str | None:
+        """Points at the observation's own move list: rendering ``admissible_actions()`` after it would
+        show every legal move again, past the 30 the observation shows."""
+        self._require_active()
+        return ACTION_PROMPT
 
     def state_key(self) -> str:
         if self._board is None:
