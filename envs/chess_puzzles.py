@@ -35,9 +35,17 @@ Episode
 ``reset(puzzle_id, seed)`` sets up the position the solver faces (setup move already played). An
 action is one move in SAN (``Nf3``, ``Rxf2``, ``c5``, ``O-O``, ``e8=Q``); UCI (``g1f3``) is
 accepted too when it is a legal move. Surrounding whitespace, a leading move number (``12.``,
-``12...``) and trailing annotations (``+``, ``#``, ``!``, ``?``) are ignored. In both modes an
-illegal or unparseable action gives reward 0, not done, ``info["invalid_action"] = True``, an
-unchanged board and an observation that repeats the position with the legal moves.
+``12...``) and trailing annotations (``+``, ``#``, ``!``, ``?``) are ignored. An illegal or
+unparseable action sets ``info["invalid_action"] = True``. In a game (``invalid_move_ends``, on by
+default there) it loses the game: reward ``INVALID_MOVE_REWARD`` (-1.01), done, result ``loss``, as
+the authors' SKL-RL loop ends a game with no valid move. In puzzle mode, or a game with
+``invalid_move_ends=False``, it gives reward 0, not done, an unchanged board and an observation that
+repeats the position with the legal moves.
+
+Observations list the legal moves without check and mate marks (``Qxf7`` for ``Qxf7#``: a marked list
+tells the solver which move mates) and at most ``MAX_SHOWN_MOVES`` (30) of them, the first in
+python-chess's generation order, as the authors do; ``admissible_actions()`` holds all of them (sorted,
+marks stripped) and ``action_prompt()`` points at the observation's list instead of repeating it.
 
 ``mode="puzzle"`` (the default) follows the puzzle line:
 
@@ -55,8 +63,9 @@ seeded generator), ``first_legal`` (python-chess's first generated legal move: t
 ``stockfish_skill_level``) or ``puzzle_line`` (the line's reply while the solver has followed the
 line, ``off_line_opponent`` after). The game ends on checkmate, stalemate, insufficient material
 or a claimable draw (threefold repetition, fifty moves), as in the authors' env, or after
-``max_steps`` solver moves (10, the authors' ``max_steps``). Reward: +1 when the solver's side
-wins, -1 when it loses, 0 for a draw or the step limit (authors' rewards).
+``max_steps`` solver moves (10, the authors' ``max_steps``), or on an invalid move (above). Reward:
++1 when the solver's side wins, -1 when it loses, 0 for a draw or the step limit (authors' rewards),
+-1.01 for an invalid move; the first observation states these.
 
 ``info`` of every step holds ``won``, ``invalid_action``, ``wrong_move``, ``move`` (the SAN played
 or None), ``expected_move`` (SAN of the puzzle's move at that point while it applies; None for an
@@ -419,8 +428,30 @@ def parse_move(board: chess.Board, action: str) -> chess.Move | None:
     return move if move and move in board.legal_moves else None
 
 
+MAX_SHOWN_MOVES = 30
+"""Observations list at most this many legal moves (the authors' ``max_legal_action_n``)."""
+
+
+def clean_san(board: chess.Board, move: chess.Move) -> str:
+    """SAN without its check or mate mark: a listed ``Qxf7#`` would tell the solver which move mates
+    (the authors strip the same marks, ``san_move_leak_symbol``). ``parse_move`` accepts both spellings."""
+    return board.san(move).rstrip("+#")
+
+
 def legal_moves_san(board: chess.Board) -> list[str]:
-    return sorted(board.san(move) for move in board.legal_moves)
+    """Every legal move in SAN without check/mate marks, sorted (the admissible actions)."""
+    return sorted(clean_san(board, move) for move in board.legal_moves)
+
+
+def shown_moves_text(board: chess.Board, limit: int = MAX_SHOWN_MOVES) -> str:
+    """The legal-move line of an observation: marks stripped, at most ``limit`` moves. Which ones is the
+    authors' rule: the first ``limit`` in python-chess's generation order, then ``...``; every legal
+    move stays playable (the authors match a reply against all of them, not the shown ones)."""
+    moves = [clean_san(board, move) for move in board.legal_moves]
+    if len(moves) <= limit:
+        return f"Legal moves (SAN): {', '.join(moves)}"
+    return (f"Legal moves (SAN, {limit} of {len(moves)} shown; any legal move is accepted): "
+            f"{', '.join(moves[:limit])}, ...")
 
 
 def color_name(color: chess.Color) -> str:
@@ -448,11 +479,12 @@ def describe_position(board: chess.Board) -> str:
         f"Board (White at the bottom; uppercase = White, lowercase = Black, '.' = empty):\n"
         f"{board_ascii(board)}\n"
         f"Side to move: {side}{' (in check)' if board.is_check() else ''}\n"
-        f"Legal moves (SAN): {', '.join(legal_moves_san(board))}"
+        f"{shown_moves_text(board)}"
     )
 
 
 _ASK = "Reply with one move in SAN, e.g. Nf3, Rxf2, c5."
+ACTION_PROMPT = "Admissible actions: the legal moves listed above (any legal move in SAN; a check or mate mark is optional)."
 
 
 # --------------------------------------------------------------------------- the environment
@@ -460,6 +492,9 @@ _ASK = "Reply with one move in SAN, e.g. Nf3, Rxf2, c5."
 
 MODES = ("puzzle", "game")
 OPPONENTS = ("random", "first_legal", "stockfish", "puzzle_line")
+INVALID_MOVE_REWARD = -1.01
+"""A game lost on an invalid move: the loss (-1) plus the format penalty 0.01 of the authors' SKL-RL
+chess scripts (``act_action_format_penality=0.01``; their loop ends the game when no valid move is found)."""
 AUTHORS_RATING_RANGE = (0, 801)
 """The authors' scripts keep ratings in [0, 800] (``min_rating=0, max_rating=801``: ratings are
 integers and the filter keeps ``rating < max_rating``); the paper's text says rating < 1000."""
@@ -494,10 +529,12 @@ class ChessPuzzlesEnv(TextEnv):
         stockfish_path: str | None = None,
         stockfish_depth: int = 8,
         stockfish_skill_level: int | None = None,
+        invalid_move_ends: bool | None = None,
     ) -> None:
         """``split`` in (None, "train", "test") keeps one side of ``train_test_split`` (after the
-        rating filter). ``opponent``, ``off_line_opponent``, ``max_steps`` and the ``stockfish_*``
-        options belong to ``mode="game"``; ``wrong_move_ends`` to ``mode="puzzle"``."""
+        rating filter). ``opponent``, ``off_line_opponent``, ``max_steps``, ``invalid_move_ends``
+        (None: on, the authors' rule) and the ``stockfish_*`` options belong to ``mode="game"``;
+        ``wrong_move_ends`` to ``mode="puzzle"``."""
         if mode not in MODES:
             raise ValueError(f"{self.name}: mode must be one of {MODES}, got {mode!r}")
         if opponent not in OPPONENTS:
@@ -511,6 +548,12 @@ class ChessPuzzlesEnv(TextEnv):
             raise ValueError(f"{self.name}: max_steps must be an int >= 1, got {max_steps!r}")
         if mode == "game" and not wrong_move_ends:
             raise ValueError(f"{self.name}: wrong_move_ends=False belongs to mode='puzzle'; a game always goes on")
+        if invalid_move_ends is not None and not isinstance(invalid_move_ends, bool):
+            raise ValueError(f"{self.name}: invalid_move_ends must be true, false or null, got {invalid_move_ends!r}")
+        if mode == "puzzle" and invalid_move_ends:
+            raise ValueError(f"{self.name}: invalid_move_ends belongs to mode='game'; a puzzle answers an invalid move and waits")
+        # A game ends on an invalid move unless told otherwise (the authors' rule); a puzzle never does.
+        self.invalid_move_ends = mode == "game" and invalid_move_ends is not False
         if stockfish_skill_level is not None and not (
             isinstance(stockfish_skill_level, int) and 0 <= stockfish_skill_level <= 20
         ):
@@ -548,6 +591,7 @@ class ChessPuzzlesEnv(TextEnv):
         self._won = False
         self._steps = 0  # game mode: solver moves played
         self._on_line = True  # game mode: every solver move so far was the line's
+        self._forfeited = False  # game mode: lost on an invalid move (invalid_move_ends)
         self._rng: np.random.Generator | None = None  # game mode: the opponent's random moves
 
     # -- tasks
@@ -597,6 +641,7 @@ class ChessPuzzlesEnv(TextEnv):
         self._won = False
         self._steps = 0
         self._on_line = True
+        self._forfeited = False
         self._rng = None
         if self.mode == "game":
             start_seed = seed if seed is not None else int.from_bytes(hashlib.sha256(puzzle.puzzle_id.encode()).digest()[:8], "little")
@@ -612,9 +657,13 @@ class ChessPuzzlesEnv(TextEnv):
         else:
             last_text = None
         if self.mode == "game":
+            # The rewards this env gives, stated as they are (issue 22: the prompt said "anything else 0").
+            invalid = (f"; an illegal or unreadable move loses the game at {INVALID_MOVE_REWARD:g}" if self.invalid_move_ends
+                       else "; an illegal or unreadable move is refused and you move again")
             header = (
                 f"Chess game from puzzle {puzzle.puzzle_id}. You play {color_name(board.turn)}; checkmate the "
-                f"opponent within {self.max_steps} of your moves (a loss scores -1, anything else 0)."
+                f"opponent within {self.max_steps} of your moves. Rewards: +1 if you checkmate the opponent, "
+                f"-1 if you are checkmated, 0 for a draw or when your moves run out{invalid}."
             )
         else:
             header = f"Chess puzzle {puzzle.puzzle_id}. You play {color_name(board.turn)}; find the best move."
@@ -666,6 +715,11 @@ class ChessPuzzlesEnv(TextEnv):
         move = parse_move(board, action)
         if move is None:
             shown = action if isinstance(action, str) else repr(action)
+            if self.invalid_move_ends:
+                self._done = self._forfeited = True
+                observation = (f"Invalid action {shown!r}: not a legal move in this position. You lose the game."
+                               f"\nFEN: {board.fen()}")
+                return StepResult(observation, INVALID_MOVE_REWARD, True, self._info(invalid_action=True, result="loss"))
             observation = (
                 f"Invalid action {shown!r}: not a legal move in this position. The position is unchanged.\n"
                 f"{describe_position(board)}\n{self._ask()}"
@@ -783,6 +837,12 @@ class ChessPuzzlesEnv(TextEnv):
         _, board = self._require_active()
         return legal_moves_san(board)
 
+    def action_prompt(self) -> str | None:
+        """Points at the observation's own move list: rendering ``admissible_actions()`` after it would
+        show every legal move again, past the 30 the observation shows."""
+        self._require_active()
+        return ACTION_PROMPT
+
     def state_key(self) -> str:
         if self._board is None:
             raise EnvNotResetError(f"{self.name}: call reset() first")
@@ -820,7 +880,8 @@ class ChessPuzzlesEnv(TextEnv):
         }
         if self.mode == "game":
             assert self._rng is not None
-            state.update(mode="game", steps=self._steps, on_line=self._on_line, rng_state=self._rng.bit_generator.state)
+            state.update(mode="game", steps=self._steps, on_line=self._on_line, forfeited=self._forfeited,
+                         rng_state=self._rng.bit_generator.state)
         return state
 
     def set_state(self, state: Any) -> None:
@@ -871,7 +932,7 @@ class ChessPuzzlesEnv(TextEnv):
     def _set_game_state(self, state: Any) -> None:
         checked_snapshot(self.name, state, {
             "puzzle_id": str, "root_fen": str, "moves": list, "index": int, "done": bool, "won": bool,
-            "mode": str, "steps": int, "on_line": bool, "rng_state": dict,
+            "mode": str, "steps": int, "on_line": bool, "forfeited": bool, "rng_state": dict,
         })
         if state["mode"] != "game":
             raise InvalidSnapshotError(f"{self.name}: snapshot of mode {state['mode']!r} given to a mode='game' env")
@@ -893,7 +954,10 @@ class ChessPuzzlesEnv(TextEnv):
         result = game_result(board, start.turn)
         if result is None and len(played) % 2:
             raise InvalidSnapshotError(f"{self.name}: snapshot ends on a solver move but the game goes on (no opponent reply)")
-        done = result is not None or steps >= self.max_steps
+        forfeited = state["forfeited"]
+        if forfeited and result is not None:
+            raise InvalidSnapshotError(f"{self.name}: snapshot is forfeited (lost on an invalid move) but its game is over ({result})")
+        done = result is not None or steps >= self.max_steps or forfeited
         expected = {"index": index, "on_line": on_line, "steps": steps, "done": done, "won": result == "win"}
         wrong = {k: state[k] for k, v in expected.items() if state[k] != v}
         if wrong:
@@ -907,6 +971,7 @@ class ChessPuzzlesEnv(TextEnv):
             raise InvalidSnapshotError(f"{self.name}: snapshot rng_state is not a PCG64 state: {exc}") from None
         self._puzzle, self._board, self._rng = puzzle, board, rng
         self._index, self._on_line, self._steps, self._done, self._won = index, on_line, steps, done, result == "win"
+        self._forfeited = forfeited
 
 
 def game_result(board: chess.Board, solver: chess.Color) -> str | None:

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # SKL-RL on ChessPuzzles (rating < 1000), played as games from the puzzle positions (App. G.2; the
-# authors' env): up to MAX_STEPS moves against OPPONENT, +1 for mating, -1 for being mated, else 0.
+# authors' env): up to MAX_STEPS moves against OPPONENT, +1 for mating, -1 for being mated, else 0;
+# an illegal move loses at -1.01 (the authors' rule; the env kwarg invalid_move_ends=false retries it).
 # Needs GPUs, a model, the puzzle file (bash scripts/download_chess_puzzles.sh) and, for EXPERT or
 # OPPONENT=stockfish, Stockfish (apt-get install stockfish).
 #   bash recipes/skl_rl/run_chess.sh [--dry-run] [hydra overrides...]   # self-generated simulation (§4.2.2)

@@ -86,9 +86,24 @@ def labelled_commands(reply: str) -> list[str]:
     return commands
 
 
+_TEMPLATE = re.compile(r"^(\w+)\[<[^<>\[\]]+>\]$")
+
+
+def fills_template(command: str, wanted: str) -> bool:
+    """Whether ``wanted`` (a normalised, lower-case reply command) fills in the admissible ``command`` when
+    that is a template such as WebShop's ``search[<query>]``: the same verb with a non-empty argument of
+    the model's own. The literal ``search[<query>]`` is no query (the env would search for "<query>")."""
+    template = _TEMPLATE.match(" ".join(command.split()).lower())
+    if template is None or not wanted.startswith(f"{template.group(1)}[") or not wanted.endswith("]"):
+        return False
+    argument = wanted[len(template.group(1)) + 1 : -1].strip()
+    return bool(argument) and not (argument.startswith("<") and argument.endswith(">"))
+
+
 def chosen_command(reply: str, admissible: list[str]) -> tuple[str, bool]:
     """The command a reply names: its last ``Action:`` line matched to an admissible command (case and
-    whitespace aside). With no ``Action:`` line: ``look`` when admissible, else the reply's last line,
+    whitespace aside) or filling in an admissible template (``fills_template``: sent with the reply's own
+    argument, e.g. ``search[blue 3-pack]``). With no ``Action:`` line: ``look`` when admissible, else the reply's last line,
     sent as it is (the env answers it as an invalid action). Returns (command, reply was invalid)."""
     found = labelled_commands(reply)
     if found:
@@ -96,6 +111,8 @@ def chosen_command(reply: str, admissible: list[str]) -> tuple[str, bool]:
         for command in admissible:
             if " ".join(command.split()).lower() == wanted:
                 return command, False
+        if any(fills_template(command, wanted) for command in admissible):
+            return " ".join(found[-1].split()), False
         return found[-1], True
     if "look" in admissible:
         return "look", True

@@ -135,11 +135,16 @@ def check_kw_run(config: Any) -> KWSettings:
         raise config_error(f"data.train_batch_size={batch} must be a whole number of MI comparison sets "
                            f"(kw.mi.set_size={set_size})")
     algorithm = config.algorithm
-    if algorithm.get("use_kl_in_reward", False):
-        if algorithm.kl_ctrl.get("type", "fixed") != "fixed":
-            raise config_error("algorithm.kl_ctrl.type must be fixed: beta of Eq. 16 is a constant (paper 0.01)")
-        if algorithm.get("kl_penalty", "kl") != "kl":
-            raise config_error("algorithm.kl_penalty must be kl: Eq. 15's kappa is l_beh - l_ref")
+    if not algorithm.get("use_kl_in_reward", False):
+        # The estimator reads beta (Eq. 16) from kl_ctrl.kl_coef only with use_kl_in_reward, which is also what
+        # builds the reference policy; without it the KL term would silently be 0 (issue 23 item 7).
+        raise config_error("algorithm.use_kl_in_reward must be true: Knowledge Weaver's beta of Eq. 16 is "
+                           "algorithm.kl_ctrl.kl_coef (paper 0.01) and is 0 without it; for a run without the "
+                           "KL term keep it true and set algorithm.kl_ctrl.kl_coef=0")
+    if algorithm.kl_ctrl.get("type", "fixed") != "fixed":
+        raise config_error("algorithm.kl_ctrl.type must be fixed: beta of Eq. 16 is a constant (paper 0.01)")
+    if algorithm.get("kl_penalty", "kl") != "kl":
+        raise config_error("algorithm.kl_penalty must be kl: Eq. 15's kappa is l_beh - l_ref")
     if config.actor_rollout_ref.actor.get("use_kl_loss", False):
         raise config_error("actor_rollout_ref.actor.use_kl_loss must be false: Knowledge Weaver's KL term is in the "
                            "advantage (Eq. 16), not in the loss")

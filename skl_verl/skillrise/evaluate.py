@@ -85,8 +85,25 @@ def pass_at_k_by_family(records: list[dict[str, Any]], attempts: int) -> dict[st
     return {family: pass_at_k(rs, attempts) for family, rs in sorted(by_family.items())}
 
 
+def task_records(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One record per task played, i.e. per (trial, position), as ``pass_at_k`` counts them: in step
+    mode an episode is one solve row per env step (each carrying the episode's outcome), and a failing
+    episode runs longer than a winning one, so a rate over rows is biased down (issue 27: 7 of 10
+    tasks won read as 42 of 78 rows, 0.538). ``won``/``failed``: whether any row of the task says so."""
+    merged: dict[tuple[str, int], dict[str, Any]] = {}
+    for r in records:
+        key = (r["trial"], r["position"])
+        if key in merged:
+            merged[key]["won"] = merged[key]["won"] or r["won"]
+            merged[key]["failed"] = merged[key]["failed"] or r["failed"]
+        else:
+            merged[key] = dict(r)
+    return list(merged.values())
+
+
 def success_rate(records: Iterable[dict[str, Any]]) -> float:
-    won = [r["won"] for r in records]
+    """Share of tasks played (``task_records``, never rows) that were won."""
+    won = [r["won"] for r in task_records(records)]
     if not won:
         raise ValueError("no solve records to score")
     return float(np.mean(won))
@@ -277,6 +294,7 @@ def _evaluate(args, results: dict[str, Any]) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         records = run_rollouts(args, args.env_kwargs, retry_sequences(tasks, args.attempts), tokenizer, client, Path(tmp), "pass_at_k")
         results["pass_at_k"] = pass_at_k(records, args.attempts)
+        results["pass_at_k_tasks_played"] = len({r["trial"] for r in records})  # one trial = one task, up to k attempts
         first_attempts = [r for r in records if r["position"] == 0]
         results["pass_at_1_by_family"] = {f: v[1] for f, v in pass_at_k_by_family(first_attempts, 1).items()}
         results["scaling"] = {}
@@ -284,15 +302,17 @@ def _evaluate(args, results: dict[str, Any]) -> dict[str, Any]:
         for k in args.scaling_k:
             sequences = covering_sequences(tasks, k, seed=args.seed)
             scaled = run_rollouts(args, args.env_kwargs, sequences, tokenizer, client, Path(tmp), f"scaling_k{k}")
-            results["scaling"][k] = {"success_rate": success_rate(scaled), "tasks_played": len(scaled)}
+            results["scaling"][k] = {"success_rate": success_rate(scaled), "tasks_played": len(task_records(scaled))}
             save()
 
     if args.env in PAPER_ENVS:
         print(table1(args.env, results["pass_at_k"][1], results["pass_at_1_by_family"], args.label))
         print()
     print(table2(args.env, results["pass_at_k"], args.label))
+    print(f"Pass@k over {results['pass_at_k_tasks_played']} tasks played")
     if results["scaling"]:
-        print("\nTest-time scaling (success % by sequence length K, one attempt per task)")
+        played = ", ".join(f"K={k}: {v['tasks_played']}" for k, v in results["scaling"].items())
+        print(f"\nTest-time scaling (success % by sequence length K, one attempt per task; tasks played {played})")
         print(format_table([f"K={k}" for k in results["scaling"]], [(args.label, [100 * v["success_rate"] for v in results["scaling"].values()])]))
     results["complete"] = True
     save()

@@ -298,9 +298,11 @@ class SklRlAgentLoop(StatefulAgentLoop):
                         observation = branch_steps[-1].observation[:MAX_BRANCH_OBSERVATION_CHARS]
                         await self._env_call(timing, env.set_state, states[b])
                         options = await self._env_call(timing, env.admissible_actions)
+                        # Shown as the real turn shows it (the env's compact rendering when it has one:
+                        # chess lists at most 30 unmarked moves); matched against every admissible action.
                         request = BRANCH_REQUEST.format(
                             branch=b + 1, first=candidates[b], step=h + 1, horizon=self.horizon,
-                            observation=render_turn(observation, options),
+                            observation=render_turn(observation, await self._prompt_actions(env, timing)),
                         )
                         if not await self.add_context(stream, "user", request):
                             return None

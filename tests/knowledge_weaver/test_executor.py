@@ -61,6 +61,59 @@ def test_replies_without_a_valid_action_are_played_and_marked():
     assert chosen_command("I would go\nnorth", ["left"]) == ("north", True)
 
 
+def test_a_search_with_a_query_fills_the_search_template():
+    """Issue 23 item 1: WebShop lists ``search[<query>]``; only the literal placeholder matched exactly."""
+    admissible = ["search[<query>]", "click[back to search]"]
+    assert chosen_command("Thought: search.\nAction: search[Blue 3-pack  under 30 dollars]", admissible) == (
+        "search[Blue 3-pack under 30 dollars]", False)  # the model's own query, whitespace collapsed
+    assert chosen_command("Action: SEARCH[paraben free shampoo]", admissible) == ("SEARCH[paraben free shampoo]", False)
+    assert chosen_command("Action: search[<query>]", admissible) == ("search[<query>]", False)  # exact: as before
+    for reply in ("Action: search[<shampoo>]", "Action: search[ ]", "Action: search shampoo", "Action: find[shampoo]"):
+        assert chosen_command(reply, admissible)[1], reply  # a placeholder, no query, no brackets, another verb
+    assert chosen_command("Action: search[shampoo]", ["click[buy now]"]) == ("search[shampoo]", True)  # no search box
+
+
+def test_a_webshop_episode_that_only_searched_is_a_valid_usable_step():
+    """The query reaches the env (its results page comes back), the curator sees a real step, and the pool
+    keeps the episode (it made a valid move)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from webshop_standin import MiniWebShopStandIn
+
+    from envs.webshop_env import WebShopEnv
+    from skl_verl.knowledge_weaver.pool import is_usable
+    from skl_verl.knowledge_weaver.prompts import PROFILES, render_trajectory
+
+    standin = MiniWebShopStandIn()
+    try:
+        env = WebShopEnv(server_url=standin.url, split="all", max_goals=12)
+        tokenizer = _FakeTokenizer()
+        model = ScriptedModel(tokenizer, ["Thought: look for it.\nAction: search[paraben free shampoo 8 oz]"])
+        episode = asyncio.run(FrozenExecutor(model, tokenizer, max_steps=1).play(env, "webshop-0", "No additional guidance.", seed=0))
+    finally:
+        standin.close()
+    [step] = episode.steps
+    assert (step.action, step.invalid_reply, episode.status) == ("search[paraben free shampoo 8 oz]", False, "max_steps")
+    assert "Page 1 (Total results:" in step.result and "Gentle Herbal Shampoo" in step.result
+    assert "(invalid reply)" not in render_trajectory(1, episode, "webshop", PROFILES[0])
+    assert is_usable(episode)
+
+
+class _FakeTokenizer:
+    """Text in, text out: enough for the executor's prompt and the scripted model (no model files)."""
+
+    def apply_chat_template(self, messages, **_):
+        return [ord(ch) for ch in "\n".join(m["content"] for m in messages)]
+
+    def decode(self, ids, **_):
+        return "".join(chr(i) for i in ids)
+
+    def __call__(self, text, **_):
+        return {"input_ids": [ord(ch) for ch in text]}
+
+
 def test_step_cap_and_env_failure_end_the_episode(tiny_model_dir, monkeypatch):
     episode, _ = play(tiny_model_dir, ["Action: left"] * 3, max_steps=3)
     assert episode.status == "max_steps" and len(episode.steps) == 3 and not episode.won

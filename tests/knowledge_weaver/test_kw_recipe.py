@@ -40,6 +40,7 @@ def test_ablations_drop_the_bank_and_then_the_mi_credit(env):
     ("data.train_batch_size=12", r"train_batch_size=12 must be a whole number of MI comparison sets \(kw.mi.set_size=8\)"),
     ("actor_rollout_ref.actor.use_kl_loss=true", "use_kl_loss must be false"),
     ("algorithm.kl_ctrl.type=adaptive", "kl_ctrl.type must be fixed"),
+    ("algorithm.use_kl_in_reward=false", r"algorithm.use_kl_in_reward must be true: .*beta of Eq. 16 .* is 0 without it"),
     ("+kw.bank.top_k=3", "kw.bank.top_k is not an option"),
     ("kw.reward.tasks=0", r"kw.reward.tasks is 0"),
     ("kw.retrieval.backend=faiss", "kw.retrieval.backend is 'faiss'"),

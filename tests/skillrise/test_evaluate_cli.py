@@ -153,3 +153,46 @@ def test_each_method_is_evaluated_with_the_loop_it_was_trained_for(env):
 
 def test_an_env_without_recipe_loops_falls_back_to_the_generic_skillrise_loop():
     assert evaluate.default_agent_loop("frozenlake", "SkillRise") == "skillrise"
+
+
+class _AlwaysRight:
+    """Scripted policy: every reply (each action and each skill curation) is ``<action>right</action>``."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+
+    async def generate(self, request_id, *, prompt_ids, sampling_params, **_):
+        from verl.workers.rollout.replica import TokenOutput
+
+        ids = self.tokenizer("<action>right</action>", add_special_tokens=False)["input_ids"] + [self.tokenizer.eos_token_id]
+        return TokenOutput(token_ids=ids, log_probs=[-0.5] * len(ids))
+
+
+# Issue 27 item 1. Always moving right, without slips: on the 7 maps "SFFFFFG" the policy reaches G in 6 steps
+# (won); on the 3 maps "SFFFFFF" (G is below the start) it walks 6 steps to the east border, then bumps it
+# until max_steps 12 (lost). Step mode (skillrise_alfworld) makes one solve row per env step, so K=1 scaling
+# sees 7 * 6 = 42 won rows among 7 * 6 + 3 * 12 = 78: the old rate 42 / 78 = 0.538 "over 78 tasks".
+# Per task it is 7 / 10 = 0.700, Pass@1's number.
+SOLVED_MAP, LOST_MAP = ["SFFFFFG", "FFFFFFF"], ["SFFFFFF", "GFFFFFF"]
+
+
+def test_step_mode_scaling_counts_tasks_not_step_rows(tmp_path, tiny_model_dir, monkeypatch):
+    rows = {}
+    real_rollouts = evaluate.run_rollouts
+
+    def rollouts(args, env_kwargs, sequences, tokenizer, client, workdir, name):
+        rows[name] = real_rollouts(args, env_kwargs, sequences, tokenizer, client, workdir, name)
+        return rows[name]
+
+    monkeypatch.setattr(evaluate, "run_rollouts", rollouts)
+    monkeypatch.setattr(evaluate, "generation_client", lambda tokenizer, *a, **k: _AlwaysRight(tokenizer))
+    env_kwargs = {"maps": [SOLVED_MAP] * 7 + [LOST_MAP] * 3, "slip": [0, 0], "max_steps": 12}
+    out = tmp_path / "results.json"
+    evaluate.main(["--env", "frozenlake", "--env-kwargs", json.dumps(env_kwargs), "--model", tiny_model_dir,
+                   "--max-tasks", "10", "--attempts", "1", "--scaling-k", "1", "--agent-loop", "skillrise_alfworld",
+                   "--out", str(out)])
+    results = json.loads(out.read_text())
+    scaled = rows["scaling_k1"]
+    assert (len(scaled), sum(r["won"] for r in scaled)) == (78, 42)  # the rows the old rate divided
+    assert results["scaling"]["1"] == {"success_rate": 0.7, "tasks_played": 10}  # was 42 / 78 over 78
+    assert results["pass_at_k"] == {"1": 0.7} and results["pass_at_k_tasks_played"] == 10

@@ -112,6 +112,59 @@ def test_self_simulation_is_trained_in_the_trace_with_at_most_n_distinct_root_ca
     assert len(completed) >= 2 and real(completed) == real(plain.non_tensor_batch["skl_knowledge_steps"][0])[: len(completed)]
 
 
+class ChessListReader:
+    """Scripted chess policy: every move it names is the first of the last legal-move list it was shown;
+    it keeps every user message, to check what the loop showed."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer, self.users = tokenizer, []
+
+    async def generate(self, request_id, *, prompt_ids, sampling_params, **_):
+        last_user = self.tokenizer.decode(prompt_ids).rsplit("<|im_start|>user", 1)[-1]
+        self.users.append(last_user)
+        lists = [line.split(": ", 1)[1] for line in self.tokenizer.decode(prompt_ids).splitlines()
+                 if line.startswith("Legal moves (SAN")]
+        first = lists[-1].split(", ")[0]
+        if "candidate actions in a simulator" in last_user or "Simulation branch" in last_user:
+            text = f"<move>{first}</move>"
+        elif "Based on your understanding" in last_user:
+            text = f"<action>{first}</action>"
+        else:
+            text = "<knowledge>the position</knowledge>"
+        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"] + [self.tokenizer.eos_token_id]
+        return TokenOutput(token_ids=ids, log_probs=[-1.0] * len(ids), extra_fields={"global_steps": 0})
+
+
+def test_chess_turns_and_branches_show_at_most_30_unmarked_moves(tmp_path, tiny_model_dir, monkeypatch):
+    """Issue 22 item 1 through the real SKL-RL loop: puzzle syn001 (Black, 35 legal moves, e6# and four
+    checks among them). Every turn and every self-simulation branch request shows the env's list (30
+    moves, no mark) and no second, full "Admissible actions" list."""
+    from omegaconf import OmegaConf
+
+    from skl_verl.trainer.registration import AGENT_LOOP_CONFIG
+
+    policies = []
+    monkeypatch.setattr(loop_helpers, "ScriptedClient", lambda tokenizer, replies: policies.append(ChessListReader(tokenizer)) or policies[-1])
+    loops = OmegaConf.load(AGENT_LOOP_CONFIG)
+    for entry in loops:
+        if entry.name == "skl_rl":
+            entry.update({"simulations": 1, "horizon": 2, "max_turns": 2})
+    OmegaConf.save(loops, tmp_path / "loops.yaml")
+    rows = env_rows("chess_puzzles", {"mode": "game"}, agent_name="skl_rl")
+    loop_helpers.rollout(tmp_path, tiny_model_dir, None, rows=rows, overrides=[
+        "data.max_prompt_length=2048", "data.max_response_length=16384",
+        f"actor_rollout_ref.rollout.agent.agent_loop_config_path={tmp_path / 'loops.yaml'}"])
+    users = policies[0].users
+    assert "30 of 35 shown" in users[0] and any("Simulation branch" in u for u in users)
+    for text in users:
+        for line in text.splitlines():
+            if line.startswith(("Legal moves", "Admissible actions", "Simulation branch")):
+                assert "+" not in line and "#" not in line, line
+            if line.startswith("Legal moves"):
+                assert len(line.split("): ", 1)[1].split(", ")) <= 31, line  # 30 moves and "..."
+            assert not line.startswith("Admissible actions: ") or "listed above" in line, line
+
+
 def test_proposals_keep_distinct_admissible_moves_in_order():
     from skl_verl.skl.rl_loop import proposed_moves
 
