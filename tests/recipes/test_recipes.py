@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from dry_run import printed_section
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
@@ -170,7 +171,7 @@ def test_bad_configs_fail_with_the_key_named(override, message):
 
 
 def test_run_script_dry_run_prints_the_composed_config_without_gpus(tmp_path):
-    env = dict(os.environ, PYTHON=sys.executable, DATA_DIR=str(tmp_path), CONFIG="skillrise_alfworld")
+    env = dict(os.environ, PYTHON=sys.executable, DATA_DIR=str(tmp_path), CONFIG="skillrise_alfworld", N_GPUS="4", NNODES="2")
     result = subprocess.run(
         ["bash", str(SKILLRISE / "run_alfworld.sh"), "--dry-run", "trainer.total_training_steps=7"],
         capture_output=True, text=True, env=env, cwd=ROOT, timeout=300,
@@ -178,6 +179,8 @@ def test_run_script_dry_run_prints_the_composed_config_without_gpus(tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     assert "dry run: config composed and checked" in result.stdout
     assert "adv_estimator: skillrise" in result.stdout and "total_training_steps: 7" in result.stdout
+    trainer = printed_section(result.stdout, "trainer")
+    assert (trainer["n_gpus_per_node"], trainer["nnodes"]) == (4, 2), "N_GPUS and NNODES, when set, place the run"
     assert not list(tmp_path.iterdir()), "a dry run must not build datasets"
 
 
