@@ -4,8 +4,11 @@
 # composed config without GPUs and builds no data.
 set -euo pipefail
 MODEL_PATH=${MODEL_PATH:-$DEFAULT_MODEL}
-N_GPUS=${N_GPUS:-8}
-NNODES=${NNODES:-1}
+# N_GPUS and NNODES override trainer.n_gpus_per_node and trainer.nnodes only when set: unset, the config's
+# own values stand (Knowledge Weaver trains its curator on 2 GPUs and serves the executor on the others;
+# forcing 8 would put curator replicas on the executor's GPUs).
+N_GPUS=${N_GPUS:-}
+NNODES=${NNODES:-}
 SEED=${SEED:-0}
 export DATA_DIR=${DATA_DIR:-data/$(basename "$RECIPE_DIR")}
 PYTHON=${PYTHON:-python}
@@ -18,8 +21,9 @@ require_int() {
     exit 2
   fi
 }
-require_int N_GPUS 1 8
-require_int NNODES 1 1
+PLACEMENT=()
+if [ -n "$N_GPUS" ]; then require_int N_GPUS 1 8; PLACEMENT+=(trainer.n_gpus_per_node="$N_GPUS"); fi
+if [ -n "$NNODES" ]; then require_int NNODES 1 1; PLACEMENT+=(trainer.nnodes="$NNODES"); fi
 require_int SEED 0 0
 
 DRY_RUN=false
@@ -64,6 +68,6 @@ build_tasks() {
 train() {
   check_resources
   "$PYTHON" -m skl_verl.main --config-path="$RECIPE_DIR/config" --config-name="$CONFIG" \
-    actor_rollout_ref.model.path="$MODEL_PATH" trainer.n_gpus_per_node="$N_GPUS" trainer.nnodes="$NNODES" \
+    actor_rollout_ref.model.path="$MODEL_PATH" "${PLACEMENT[@]+"${PLACEMENT[@]}"}" \
     skl.dry_run="$DRY_RUN" "${OVERRIDES[@]+"${OVERRIDES[@]}"}"
 }

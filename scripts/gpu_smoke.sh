@@ -7,12 +7,28 @@
 # Runs: GRPO on FrozenLake (examples/config/quickstart_frozenlake.yaml, data from skl_verl.rollout.data);
 # skl_rl_chess_distill on the chess sample (envs/data/chess_puzzles_sample.csv; needs stockfish);
 # SkillRise on ALFWorld when ALFWORLD_DATA is set (K=2 unless K is given); Knowledge Weaver on FrozenLake
-# lakes with a tiny curator and the executor stand-in. No hub download: the model
-# is skl_verl.rollout.tiny_model's. For each run it prints the loop that ran, step 2's success rate and
-# training/rollout_probs_diff_max (weights synced to vLLM when it is ~0) from verl's file logger.
-# --dry-run composes and checks every config (skl.dry_run=true) without building anything or a GPU.
-set -euo pipefail
+# lakes with a tiny curator and the executor stand-in; SKL-SD on FrozenLake; the PPO baseline (its critic)
+# and GiGPO on ALFWorld (ALFWORLD_DATA, or the tiny games scripts/make_alfworld_games.py writes when
+# alfworld is installed). No hub download: the model is skl_verl.rollout.tiny_model's.
+#
+# Every check prints one line, `PASS <run> <check> ...` or `FAIL <run> <check> ...` (`SKIP <run> ...` for a
+# run whose prerequisites are missing), and the script goes on to the next; it exits 1 when any check
+# failed. Per run: `train` (the exit status), `logged` (step 2 in verl's file logger), `sync` (the rollout
+# server sampled with the actor's weights, from verl's rollout-vs-actor metrics; see the thresholds below)
+# and the run's own checks (scripts/gpu_smoke_checks.py). All lines are repeated at the end and kept in
+# $OUT/results.txt. --dry-run composes and checks every run's config (skl.dry_run=true) without building
+# anything or a GPU: one `compose` check per run.
+set -uo pipefail  # no -e: a failed run is a FAIL line, and the runs after it still run
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+# Weight-sync thresholds on verl's training/rollout_probs_diff_mean (mean |p_rollout - p_actor| over response
+# tokens) and training/rollout_actor_probs_pearson_corr, checked at every step. PROVISIONAL, TO BE CALIBRATED
+# (vLLM on CPU in bf16, and a run with a deliberately skipped sync, which these must fail). Not the max: on
+# GPUs both sides run bf16 with different kernels (published HF+FSDP2 vs vLLM bf16 runs: mean ~4e-3), so
+# single tokens differ by far more than the mean.
+PROBS_DIFF_MEAN_MAX=1e-2
+PROBS_PEARSON_MIN=0.9
+
 PYTHON=${PYTHON:-python}
 OUT=${OUT:-outputs/gpu_smoke}
 DRY_RUN=false
@@ -23,7 +39,11 @@ done
 OUT=$(mkdir -p "$OUT" && cd "$OUT" && pwd)
 MODEL=$OUT/tiny_model
 CHESS_CSV=$PWD/envs/data/chess_puzzles_sample.csv
+RESULTS=$OUT/results.txt
+: >"$RESULTS"
 export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+DRY_FLAG=()
+if [ "$DRY_RUN" = true ]; then DRY_FLAG=(--dry-run); fi
 
 COMMON=(
   actor_rollout_ref.rollout.name=vllm
@@ -31,6 +51,9 @@ COMMON=(
   actor_rollout_ref.rollout.gpu_memory_utilization=0.3
   actor_rollout_ref.rollout.tensor_model_parallel_size=1
   actor_rollout_ref.rollout.calculate_log_probs=true
+  actor_rollout_ref.rollout.agent.num_workers=2
+  actor_rollout_ref.actor.strategy=fsdp2
+  critic.strategy=fsdp2
   trainer.n_gpus_per_node=1
   trainer.nnodes=1
   trainer.total_training_steps=2
@@ -48,73 +71,97 @@ COMMON=(
   trainer.val_before_train=false
   trainer.project_name=skl_verl_gpu_smoke
 )
+# fsdp2 for the actor (the reference policy follows it) and the critic, as the recipes train the actor;
+# critic.strategy is read only by runs with a critic (PPO).
 
-if [ "$DRY_RUN" = false ]; then
-  "$PYTHON" -c "import sys; from skl_verl.rollout.tiny_model import build_tiny_model; build_tiny_model(sys.argv[1])" "$MODEL"
-fi
-
-# report NAME LOOP: the loop, step 2's success rate and rollout/actor prob gap from the file logger.
-report() {
-  "$PYTHON" - "$OUT/$1/metrics.jsonl" "$1" "$2" <<'EOF'
-import json, sys
-path, name, loop = sys.argv[1:]
-steps = {}
-for line in open(path):
-    if line.strip():
-        entry = json.loads(line)
-        steps.setdefault(entry["step"], {}).update(entry["data"])
-two = steps.get(2)
-if two is None:
-    sys.exit(f"{name}: step 2 was not logged (steps: {sorted(steps)})")
-gap = [steps[s].get("training/rollout_probs_diff_max") for s in sorted(steps)]
-print(f"{name}: loop={loop} step2 env/success_rate={two.get('env/success_rate')} "
-      f"training/rollout_probs_diff_max per step={gap}")
-if any(g is None or g >= 1e-3 for g in gap):
-    sys.exit(f"{name}: rollout and actor log-probs differ (weights not synced to vLLM?)")
-EOF
+# record LINE: print one check's line and keep it for the summary.
+record() {
+  echo "$1" | tee -a "$RESULTS"
 }
 
-# run NAME LOOP COMMAND...: one training run, its log and metrics under $OUT/NAME.
+# prepare NAME COMMAND...: a step that builds a run's inputs; a failure is that run's FAIL line. Status 1 then.
+prepare() {
+  local name=$1
+  shift
+  if [ "$DRY_RUN" = true ]; then return 0; fi
+  if ! "$@" >>"$OUT/prepare.log" 2>&1; then
+    record "FAIL $name prepare ($*; log $OUT/prepare.log)"
+    return 1
+  fi
+}
+
+# run NAME "CHECKS" COMMAND...: one training run, its log and metrics under $OUT/NAME, then its checks
+# (CHECKS: names in scripts/gpu_smoke_checks.py). COMMAND's own arguments come first, then COMMON, then
+# LATE (a run's overrides of COMMON), then the extra overrides of this script's command line.
+LATE=()
 run() {
-  local name=$1 loop=$2
+  local name=$1 checks=$2
   shift 2
   mkdir -p "$OUT/$name"
   rm -f "$OUT/$name/metrics.jsonl"
-  echo "=== $name ($loop)"
+  echo "=== $name"
+  local started=$SECONDS
   VERL_FILE_LOGGER_PATH=$OUT/$name/metrics.jsonl MODEL_PATH=$MODEL N_GPUS=1 "$@" \
-    trainer.experiment_name="$name" "${COMMON[@]}" "${EXTRA[@]+"${EXTRA[@]}"}" 2>&1 | tee "$OUT/$name/train.log"
-  if [ "$DRY_RUN" = false ]; then report "$name" "$loop"; fi
+    trainer.experiment_name="$name" "${COMMON[@]}" "${LATE[@]+"${LATE[@]}"}" "${EXTRA[@]+"${EXTRA[@]}"}" 2>&1 |
+    tee "$OUT/$name/train.log"
+  local code=${PIPESTATUS[0]} verdict
+  verdict=$([ "$code" = 0 ] && echo PASS || echo FAIL)
+  if [ "$DRY_RUN" = true ]; then
+    record "$verdict $name compose (exit $code; log $OUT/$name/train.log)"
+    return
+  fi
+  record "$verdict $name train (exit $code in $((SECONDS - started)) s; log $OUT/$name/train.log)"
+  local flags=() check
+  for check in $checks; do flags+=(--check "$check"); done
+  "$PYTHON" scripts/gpu_smoke_checks.py "$OUT/$name/metrics.jsonl" --run "$name" --max-diff-mean "$PROBS_DIFF_MEAN_MAX" \
+    --min-pearson "$PROBS_PEARSON_MIN" "${flags[@]+"${flags[@]}"}" | tee -a "$RESULTS"
 }
 
-# 1. GRPO on FrozenLake (the quickstart config).
 if [ "$DRY_RUN" = false ]; then
-  "$PYTHON" -m skl_verl.rollout.data --env frozenlake \
-    --env-kwargs '{"size": 2, "num_tasks": 16, "seed": 0, "slip": [0.0, 0.0], "max_steps": 6}' \
-    --out "$OUT/frozenlake/frozenlake_train.parquet"
+  if ! "$PYTHON" -c "import sys; from skl_verl.rollout.tiny_model import build_tiny_model; build_tiny_model(sys.argv[1])" "$MODEL"; then
+    record "FAIL setup tiny_model (every run needs it)"
+    exit 1
+  fi
 fi
-DATA_DIR=$OUT/frozenlake run frozenlake_grpo frozenlake_quickstart \
-  "$PYTHON" -m skl_verl.main --config-path="$PWD/examples/config" --config-name=quickstart_frozenlake \
-  actor_rollout_ref.model.path="$MODEL" "++skl.dry_run=$DRY_RUN"  # the run scripts pass skl.dry_run themselves
+
+# 1. GRPO on FrozenLake (the quickstart config).
+if prepare frozenlake_grpo "$PYTHON" -m skl_verl.rollout.data --env frozenlake \
+  --env-kwargs '{"size": 2, "num_tasks": 16, "seed": 0, "slip": [0.0, 0.0], "max_steps": 6}' \
+  --out "$OUT/frozenlake/frozenlake_train.parquet"; then
+  DATA_DIR=$OUT/frozenlake run frozenlake_grpo "" \
+    "$PYTHON" -m skl_verl.main --config-path="$PWD/examples/config" --config-name=quickstart_frozenlake \
+    actor_rollout_ref.model.path="$MODEL" "++skl.dry_run=$DRY_RUN"  # the run scripts pass skl.dry_run themselves
+fi
 
 # 2. SKL-RL distillation ablation on the chess sample (its run script builds the data).
-if command -v stockfish >/dev/null || [ -x /usr/games/stockfish ]; then
+if command -v stockfish >/dev/null || [ -x /usr/games/stockfish ] || [ "$DRY_RUN" = true ]; then  # a dry run needs no engine
   DATA_DIR=$OUT/chess PUZZLES=$CHESS_CSV CONFIG=skl_rl_chess_distill PYTHON=$PYTHON \
-    run skl_rl_chess_distill skl_rl_chess_distill bash recipes/skl_rl/run_chess.sh $([ "$DRY_RUN" = true ] && echo --dry-run)
+    run skl_rl_chess_distill "" bash recipes/skl_rl/run_chess.sh "${DRY_FLAG[@]+"${DRY_FLAG[@]}"}"
 else
-  echo "=== skl_rl_chess_distill skipped: stockfish not installed (apt-get install stockfish)"
+  record "SKIP skl_rl_chess_distill: stockfish not installed (apt-get install stockfish)"
 fi
 
-# 3. SkillRise on ALFWorld, when its data is there.
-if [ -n "${ALFWORLD_DATA:-}" ]; then
-  DATA_DIR=$OUT/alfworld K=${K:-2} CONFIG=skillrise_alfworld PYTHON=$PYTHON \
-    run skillrise_alfworld skillrise bash recipes/skillrise/run_alfworld.sh $([ "$DRY_RUN" = true ] && echo --dry-run)
-else
-  echo "=== skillrise_alfworld skipped: ALFWORLD_DATA not set"
+# ALFWorld data for runs 3, 6 and 7: ALFWORLD_DATA, else the generator's tiny games (real engine, hand-written
+# problems) when alfworld is installed. A dry run needs none (the run scripts only warn).
+ALFWORLD_GAMES=${ALFWORLD_DATA:-}
+if [ -z "$ALFWORLD_GAMES" ] && [ "$DRY_RUN" = false ] && "$PYTHON" -c "import alfworld, fast_downward" 2>/dev/null; then
+  if prepare alfworld_games "$PYTHON" scripts/make_alfworld_games.py --out "$OUT/alfworld_games"; then
+    ALFWORLD_GAMES=$OUT/alfworld_games
+  fi
 fi
+
+# 3. SkillRise on ALFWorld, with ALFWORLD_DATA only: its K-task sequences need distinct instances of a task
+#    family in both splits, which the generator's 10 games do not all give (the CPU smoke adds three).
+if [ -n "${ALFWORLD_DATA:-}" ] || [ "$DRY_RUN" = true ]; then
+  DATA_DIR=$OUT/alfworld K=${K:-2} CONFIG=skillrise_alfworld PYTHON=$PYTHON \
+    run skillrise_alfworld "step_samples" bash recipes/skillrise/run_alfworld.sh "${DRY_FLAG[@]+"${DRY_FLAG[@]}"}"
+else
+  record "SKIP skillrise_alfworld: ALFWORLD_DATA not set"
+fi
+
 # 4. Knowledge Weaver (kw_alfworld's settings) on two one-row lakes, as the CPU smoke runs it: the tiny curator
 #    (skl_verl.knowledge_weaver.tiny_curator) sampling on vLLM, the MI credit from vLLM's prompt_logprobs, the
 #    reference policy for the KL term, and the executor stand-in of tests/knowledge_weaver/kw_standins.py.
-#    Checked: step 1 admits the entry, step 2 retrieves it, the MI credit is non-zero, the update moved.
 KW=$OUT/knowledge_weaver
 KW_ARGS=(
   --config-path="$PWD/recipes/knowledge_weaver/config" --config-name=kw_alfworld
@@ -122,33 +169,47 @@ KW_ARGS=(
   "kw.executor.client={_target_:kw_standins.GuidanceFollowingExecutor}" kw.executor.tokenizer="$KW/curator"
   kw.executor.max_steps=3 kw.seed=23003 kw.mi.set_size=2 kw.reward.tasks=2 kw.context.trajectories=1 kw.retrieval.backend=bm25
   data.train_files="$KW/kw.parquet" data.val_files="$KW/kw.parquet" kw.pool.initial="$KW/pool.jsonl"
-  trainer.default_local_dir="$KW/ckpt" trainer.total_training_steps=2 data.train_batch_size=2
+  trainer.default_local_dir="$KW/ckpt"
 )
 export PYTHONPATH=$PWD/tests/knowledge_weaver${PYTHONPATH:+:$PYTHONPATH}
 mkdir -p "$KW"
-if [ "$DRY_RUN" = false ]; then
-  rm -rf "$KW/ckpt"
-  "$PYTHON" -m skl_verl.knowledge_weaver.tiny_curator "$KW/curator"
-  "$PYTHON" -m skl_verl.knowledge_weaver.build prepare --per-type 2 "${KW_ARGS[@]}"
+if [ "$DRY_RUN" = false ]; then rm -rf "$KW/ckpt"; fi
+if prepare knowledge_weaver "$PYTHON" -m skl_verl.knowledge_weaver.tiny_curator "$KW/curator" &&
+  prepare knowledge_weaver "$PYTHON" -m skl_verl.knowledge_weaver.build prepare --per-type 2 "${KW_ARGS[@]}" \
+    trainer.total_training_steps=2 data.train_batch_size=2; then
+  LATE=(data.max_response_length=32)  # one short entry per sample
+  run knowledge_weaver "kw_admitted kw_retrieved kw_mi_credit kw_update" \
+    "$PYTHON" -m skl_verl.main "${KW_ARGS[@]}" actor_rollout_ref.model.path="$KW/curator" "++skl.dry_run=$DRY_RUN"
+  LATE=()
 fi
-echo "=== knowledge_weaver (kw_curator)"
-VERL_FILE_LOGGER_PATH=$KW/metrics.jsonl "$PYTHON" -m skl_verl.main "${KW_ARGS[@]}" actor_rollout_ref.model.path="$KW/curator" \
-  trainer.experiment_name=knowledge_weaver "${COMMON[@]}" "++skl.dry_run=$DRY_RUN" "${EXTRA[@]+"${EXTRA[@]}"}" \
-  data.max_response_length=32 2>&1 | tee "$KW/train.log"
-if [ "$DRY_RUN" = false ]; then
-  "$PYTHON" - "$KW/metrics.jsonl" <<'EOF'
-import json, sys
-steps = {}
-for line in open(sys.argv[1]):
-    if line.strip():
-        entry = json.loads(line)
-        steps.setdefault(entry["step"], {}).update(entry["data"])
-one, two = steps.get(1, {}), steps.get(2, {})
-keys = ("kw/valid_rate", "kw/admitted", "kw/retrieved", "kw/bank_only_sr", "kw/mi_credit", "actor/grad_norm")
-print("knowledge_weaver:", {k: (one.get(k), two.get(k)) for k in keys})
-if not (one.get("kw/admitted") == 1 and two.get("kw/retrieved") == 1 and one.get("kw/mi_credit", 0) > 0
-        and two.get("actor/grad_norm", 0) > 0):
-    sys.exit("knowledge_weaver: expected an entry admitted at step 1 and retrieved at step 2, MI credit and an update")
-EOF
+
+# 5. SKL-SD on FrozenLake (skl_sd_sciworld's settings; the loop plays whatever env the rows name): the
+#    teacher-forced ẑ turns of its verification retries are scored through vLLM's prompt_logprobs.
+SD=$OUT/skl_sd
+if prepare skl_sd "$PYTHON" -m skl_verl.rollout.data --env frozenlake \
+  --env-kwargs '{"size": 2, "num_tasks": 16, "seed": 0, "slip": [0.0, 0.0], "max_steps": 6}' \
+  --out "$SD/frozenlake_train.parquet"; then
+  run skl_sd "skl_sd_base skl_sd_retry" \
+    "$PYTHON" -m skl_verl.main --config-path="$PWD/recipes/skl_sd/config" --config-name=skl_sd_sciworld \
+    actor_rollout_ref.model.path="$MODEL" data.train_files="$SD/frozenlake_train.parquet" \
+    data.val_files="$SD/frozenlake_train.parquet" trainer.default_local_dir="$SD/ckpt" "++skl.dry_run=$DRY_RUN"
 fi
-echo "gpu smoke: done (outputs in $OUT)"
+
+# 6. and 7. The PPO baseline (a critic on the tiny model's backbone) and GiGPO, on ALFWorld step samples.
+for method in ppo gigpo; do
+  checks="step_samples$([ "$method" = ppo ] && echo " critic")"
+  if [ -n "$ALFWORLD_GAMES" ] || [ "$DRY_RUN" = true ]; then
+    ALFWORLD_DATA=${ALFWORLD_GAMES:-$OUT/alfworld_games} DATA_DIR=$OUT/alfworld_$method CONFIG=$method PYTHON=$PYTHON \
+      run "${method}_alfworld" "$checks" bash recipes/skillrise/run_alfworld.sh "${DRY_FLAG[@]+"${DRY_FLAG[@]}"}"
+  else
+    record "SKIP ${method}_alfworld: no ALFWORLD_DATA and alfworld is not installed (pip install -e \".[alfworld]\")"
+  fi
+done
+
+echo "=== gpu smoke results (outputs in $OUT)"
+cat "$RESULTS"
+if grep -q '^FAIL' "$RESULTS"; then
+  echo "gpu smoke: $(grep -c '^FAIL' "$RESULTS") check(s) failed"
+  exit 1
+fi
+echo "gpu smoke: every check passed"

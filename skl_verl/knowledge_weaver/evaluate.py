@@ -280,8 +280,9 @@ def parse_ks(text: str) -> list[int]:
 
 def make_executor_client(args, tokenizer):
     limits = EXECUTOR_LIMITS.get(args.env, DEFAULT_LIMITS)
+    # The key serve_executor.sh started the executor with, if any (the training config reads the same variable).
     return generation_client(tokenizer, limits["max_tokens"], endpoint=args.executor_url, served_model=args.executor_model,
-                             checkpoint=args.executor_checkpoint, seed=args.seed)
+                             checkpoint=args.executor_checkpoint, seed=args.seed, api_key_env="KW_EXECUTOR_API_KEY")
 
 
 def make_retriever(args):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
 import urllib.error
 import urllib.request
@@ -28,12 +29,22 @@ TRANSIENT_HTTP = {408, 429, 500, 502, 503, 504}
 
 
 class OpenAICompletionsClient:
+    """``api_key`` is sent as a bearer token. ``api_key_env`` instead names an environment variable holding
+    the key, read here, in the process that sends the requests: a recipe config names the variable and
+    never holds the secret (verl prints the resolved config and hands it to the experiment trackers). An
+    unset or empty variable sends no key."""
+
     def __init__(
         self, base_url: str, model: str, tokenizer: Any, max_new_tokens: int, api_key: str | None = None,
         timeout_s: float = 120.0, send_token_ids: bool = True, attempts: int = 3, backoff_s: float = 1.0,
+        api_key_env: str | None = None,
     ):
         if attempts < 1:
             raise ValueError(f"attempts must be >= 1, got {attempts}")
+        if api_key is not None and api_key_env is not None:
+            raise ValueError(f"give the key (api_key) or the variable that holds it (api_key_env={api_key_env!r}), not both")
+        if api_key_env is not None:
+            api_key = os.environ.get(api_key_env) or None
         self.url = base_url.rstrip("/") + "/completions"
         self.model = model
         self.tokenizer = tokenizer
@@ -93,6 +104,8 @@ class OpenAICompletionsClient:
                 raw, content_type = response.read(), response.headers.get("Content-Type", "")
         except urllib.error.HTTPError as exc:
             message = f"{self.url} answered HTTP {exc.code}: {exc.read()[:300]!r}"
+            if exc.code == 401:
+                message += " (the server wants an API key: " + ("this one was refused)" if self.api_key else "none was sent)")
             if exc.code in TRANSIENT_HTTP:
                 raise _Transient(message) from exc
             raise EndpointError(message) from exc

@@ -257,6 +257,54 @@ def check_agent_loops(path: str) -> None:
             raise config_error(f"{prefix}.parser: {exc}") from exc
 
 
+RESCORING_LOOPS = ("skl_verl.rollout.stateful_loop.StatefulAgentLoop", "skl_verl.knowledge_weaver.loop.KnowledgeWeaverCuratorLoop")
+"""Agent loops (and their subclasses) that rescore whole sequences on the rollout server: one
+``generate(prompt + response, prompt_logprobs=0, max_tokens=1)`` for a teacher-forced turn (the stateful
+loops: SKL-SD's refined knowledge, SKL-RL's distillation targets and probes) or for a candidate under each
+context (Knowledge Weaver's MI credit)."""
+
+
+def _rescoring_loop(target: str) -> bool:
+    from hydra.utils import get_class
+
+    try:
+        cls = get_class(target)
+    except Exception:  # noqa: BLE001 - an unimportable _target_ is reported by check_agent_loops
+        return False
+    return any(issubclass(cls, get_class(path)) for path in RESCORING_LOOPS)
+
+
+def check_rescoring_room(config: DictConfig, path: str) -> None:
+    """A loop that rescores sends prompts of up to data.max_prompt_length + data.max_response_length tokens
+    with max_tokens=1; verl's vLLM server refuses a prompt that leaves no token of headroom under
+    rollout.max_model_len (vllm_async_server.py, "leaves no room to generate"), mid-rollout. And with
+    chunked prefill off verl raises max_num_batched_tokens to max_model_len, undoing the bound that keeps
+    prompt_logprobs' [tokens, vocab] logits within memory (the recipes' max_num_batched_tokens comment)."""
+    agent = config.actor_rollout_ref.rollout.agent
+    entries = {entry.get("name"): entry for entry in OmegaConf.load(path)}
+    loops = {agent.default_agent_loop, (config.get("skl") or {}).get("val_agent_loop") or agent.default_agent_loop}
+    rescoring = sorted(name for name in loops if name in entries and _rescoring_loop(str(entries[name].get("_target_", ""))))
+    if not rescoring:
+        return
+    rollout = config.actor_rollout_ref.rollout
+    longest = int(config.data.max_prompt_length) + int(config.data.max_response_length)
+    max_model_len = rollout.get("max_model_len")
+    if max_model_len is not None and int(max_model_len) <= longest:
+        raise config_error(
+            f"actor_rollout_ref.rollout.max_model_len={max_model_len} leaves no room to rescore: agent loop "
+            f"{rescoring[0]!r} scores whole sequences of up to data.max_prompt_length + data.max_response_length "
+            f"= {longest} tokens as prompts (prompt_logprobs, max_tokens=1), and vLLM needs one token of headroom; "
+            f"set actor_rollout_ref.rollout.max_model_len={longest + 1} or more, or null (the model's maximum)"
+        )
+    if not rollout.get("enable_chunked_prefill", True):
+        raise config_error(
+            f"actor_rollout_ref.rollout.enable_chunked_prefill=false: agent loop {rescoring[0]!r} rescores with "
+            "prompt_logprobs, whose logits scale with the tokens of one engine step, and without chunked prefill "
+            "verl raises actor_rollout_ref.rollout.max_num_batched_tokens to max_model_len; keep "
+            "actor_rollout_ref.rollout.enable_chunked_prefill=true"
+        )
+
+
 def check_config(config: DictConfig) -> None:
     """Every option of ours in a composed recipe config. Raises ``skl_verl.main.ConfigError`` naming the key."""
     algorithm = config.get("algorithm") or {}
@@ -275,6 +323,7 @@ def check_config(config: DictConfig) -> None:
     path = OmegaConf.select(config, "actor_rollout_ref.rollout.agent.agent_loop_config_path")
     if path:
         check_agent_loops(str(path))
+        check_rescoring_room(config, str(path))
 
 
 # ------------------------------------------------------------------ what a recipe needs outside its config

@@ -151,7 +151,12 @@ def init_single_process_group() -> None:
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
             os.environ["MASTER_PORT"] = str(sock.getsockname()[1])
-    dist.init_process_group(backend="gloo", rank=0, world_size=1)
+    # Nothing here may listen beyond this machine. The env:// rendezvous would start a TCPStore server, which
+    # listens on every interface whatever MASTER_ADDR says; one process needs no rendezvous, so the store is
+    # in-process. Gloo's own listener binds the address the hostname resolves to (an external one on many
+    # hosts) unless GLOO_SOCKET_IFNAME names an interface: loopback, also for the groups verl creates later.
+    os.environ["GLOO_SOCKET_IFNAME"] = "lo"
+    dist.init_process_group(backend="gloo", store=dist.HashStore(), rank=0, world_size=1)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ needs per-sample fields; our agent-loop YAML; and config checks with clear messa
 
 from __future__ import annotations
 
+import copy
 import os
 
 import hydra
@@ -289,6 +290,23 @@ def check_data_files(config: DictConfig) -> list[str]:
     return problems
 
 
+def without_critic_model(config: DictConfig) -> tuple[DictConfig, list[str]]:
+    """What a dry run hands verl's ``validate_config``, and the notes to print. With a critic, verl builds
+    ``critic.model`` into an ``HFModelConfig``, which reads the model's Hugging Face config and tokenizer
+    (the hub, or a local copy) -- the one step of validation that needs the model. A dry run checks the
+    critic's batch settings without it, as it checks the actor's (whose model verl does not load there)."""
+    from verl.trainer.ppo.utils import need_critic
+
+    if not need_critic(config) or config.critic.get("model") is None:
+        return config, []
+    checked = copy.deepcopy(config)
+    with open_dict(checked):
+        checked.critic.model = None
+    path = OmegaConf.select(config, "critic.model.path")
+    return checked, [f"dry run: critic.model ({path}) was not loaded; its Hugging Face config and tokenizer are read "
+                     "when the run starts"]
+
+
 @hydra.main(config_path=None, config_name=None, version_base=None)
 def main(config: DictConfig) -> None:
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
@@ -297,12 +315,16 @@ def main(config: DictConfig) -> None:
     config = prepare_config(config)
     problems = check_data_files(config)
     check_dataset_loops(config)
+    dry_run = config.get("skl", {}).get("dry_run", False)
+    checked, notes = (without_critic_model(config) if dry_run else (config, []))
     # verl's own checks (batch sizes vs GPUs, micro/mini batch divisibility) need no GPU to run.
-    validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
-    if config.get("skl", {}).get("dry_run", False):
+    validate_config(config=checked, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
+    if dry_run:
         print(OmegaConf.to_yaml(config, resolve=True))  # as the trainer reads it: env-agnostic configs interpolate ${skl.env}
         for problem in problems:
             print(f"warning: {problem}")
+        for note in notes:
+            print(note)
         print("dry run: config composed and checked; not starting Ray.")
         return
     if problems:

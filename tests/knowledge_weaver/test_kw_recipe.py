@@ -4,6 +4,7 @@ run that cannot train before any worker starts."""
 from pathlib import Path
 
 import pytest
+from dry_run import printed_section
 
 from skl_verl.knowledge_weaver.build import compose
 from skl_verl.knowledge_weaver.settings import kw_settings
@@ -88,9 +89,14 @@ def test_the_run_scripts_dry_run_shows_what_it_would_build_and_warns(tmp_path):
 
     root = Path(CONFIG_DIR).parents[2]
     env = dict(os.environ, PYTHON=sys.executable, DATA_DIR=str(tmp_path), HF_HUB_OFFLINE="1")
+    env.pop("N_GPUS", None)
+    env.pop("NNODES", None)
     done = subprocess.run(["bash", "recipes/knowledge_weaver/run_webshop.sh", "--dry-run"], cwd=root, env=env,
                           capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
+    # kw_base's 2 curator GPUs stand unless N_GPUS is set: a default of 8 would put curator replicas on
+    # the GPUs serve_executor.sh gave the executor.
+    assert printed_section(done.stdout, "trainer")["n_gpus_per_node"] == 2
     assert f"would build the pool {tmp_path}/pool_webshop.jsonl (300 tasks per type)" in done.stdout
     assert "warning: the executor (kw.executor.client" in done.stderr
     assert "dry run: config composed and checked" in done.stdout and not list(tmp_path.iterdir())

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from dry_run import printed_section
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
@@ -170,7 +171,7 @@ def test_bad_configs_fail_with_the_key_named(override, message):
 
 
 def test_run_script_dry_run_prints_the_composed_config_without_gpus(tmp_path):
-    env = dict(os.environ, PYTHON=sys.executable, DATA_DIR=str(tmp_path), CONFIG="skillrise_alfworld")
+    env = dict(os.environ, PYTHON=sys.executable, DATA_DIR=str(tmp_path), CONFIG="skillrise_alfworld", N_GPUS="4", NNODES="2")
     result = subprocess.run(
         ["bash", str(SKILLRISE / "run_alfworld.sh"), "--dry-run", "trainer.total_training_steps=7"],
         capture_output=True, text=True, env=env, cwd=ROOT, timeout=300,
@@ -178,6 +179,8 @@ def test_run_script_dry_run_prints_the_composed_config_without_gpus(tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     assert "dry run: config composed and checked" in result.stdout
     assert "adv_estimator: skillrise" in result.stdout and "total_training_steps: 7" in result.stdout
+    trainer = printed_section(result.stdout, "trainer")
+    assert (trainer["n_gpus_per_node"], trainer["nnodes"]) == (4, 2), "N_GPUS and NNODES, when set, place the run"
     assert not list(tmp_path.iterdir()), "a dry run must not build datasets"
 
 
@@ -295,3 +298,22 @@ def test_run_script_refuses_to_train_on_another_env_than_its_own(config, args, m
                             check=False, capture_output=True, text=True, env=environ, cwd=ROOT, timeout=60)
     assert result.returncode == 2 and message in result.stderr, result.stderr[-2000:]
     assert "dry run: config composed" not in result.stdout
+
+
+def test_ppo_dry_run_works_offline_and_still_checks_the_critic(tmp_path):
+    """verl builds critic.model (the model's Hugging Face config) while validating; a dry run must not need the hub."""
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_CACHE", "TRANSFORMERS_CACHE", "HF_HOME")}
+    env.update(PYTHON=sys.executable, DATA_DIR=str(tmp_path / "data"), CONFIG="ppo", HF_HUB_OFFLINE="1",
+               TRANSFORMERS_OFFLINE="1", HF_HOME=str(tmp_path / "hf"))  # an empty cache: no Qwen3-4B anywhere
+
+    def dry_run(*overrides):
+        return subprocess.run(["bash", str(SKILLRISE / "run_alfworld.sh"), "--dry-run", *overrides],
+                              capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+
+    result = dry_run()
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "dry run: critic.model (Qwen/Qwen3-4B) was not loaded" in result.stdout
+    assert "dry run: config composed and checked" in result.stdout
+    assert printed_section(result.stdout, "critic")["model"]["path"] == "Qwen/Qwen3-4B"
+    bad = dry_run("critic.ppo_mini_batch_size=1000")  # the critic's batch settings are still verl-validated
+    assert bad.returncode != 0 and "critic.ppo_mini_batch_size (1000)" in bad.stderr, bad.stderr[-2000:]

@@ -145,3 +145,33 @@ def test_every_option_of_our_agent_loops_has_a_checked_entry():
     for target in targets:
         unchecked = config_checks._loop_option_names(target) - set(config_checks.LOOP_OPTIONS) - {"parser"}
         assert not unchecked, f"{target}: options {sorted(unchecked)} have no entry in LOOP_OPTIONS"
+
+
+def composed(recipe, config_name, overrides=()):
+    from skl_verl.knowledge_weaver.build import compose
+    from skl_verl.trainer.entry import prepare_config
+
+    return prepare_config(compose(str(RECIPES / recipe / "config"), config_name, list(overrides)))
+
+
+RESCORING = [("knowledge_weaver", "kw_alfworld", 6000), ("skl_sd", "skl_sd_webshop", 12288),
+             ("skl_rl", "skl_rl_chess_distill", 18432)]
+"""Recipes whose loops rescore with prompt_logprobs, and their longest rescoring (max prompt + response)."""
+
+
+@pytest.mark.parametrize("recipe,config_name,longest", RESCORING)
+def test_rescoring_recipes_bound_vllms_step_and_need_room_under_max_model_len(recipe, config_name, longest):
+    rollout = composed(recipe, config_name).actor_rollout_ref.rollout
+    assert rollout.max_num_batched_tokens == 2048 and rollout.enable_chunked_prefill
+    with pytest.raises(ConfigError, match=rf"actor_rollout_ref.rollout.max_model_len={longest} leaves no room to "
+                                          rf"rescore.*max_model_len={longest + 1} or more"):
+        composed(recipe, config_name, [f"actor_rollout_ref.rollout.max_model_len={longest}"])
+    assert composed(recipe, config_name, [f"actor_rollout_ref.rollout.max_model_len={longest + 1}"])
+    with pytest.raises(ConfigError, match="actor_rollout_ref.rollout.enable_chunked_prefill=false"):
+        composed(recipe, config_name, ["actor_rollout_ref.rollout.enable_chunked_prefill=false"])
+
+
+def test_a_loop_that_does_not_rescore_may_cap_max_model_len():
+    """verl clamps a generation's max_tokens to what max_model_len leaves; only a rescoring needs the whole length."""
+    config = composed("skillrise", "skillrise_alfworld", ["actor_rollout_ref.rollout.max_model_len=4096"])
+    assert config.actor_rollout_ref.rollout.max_model_len == 4096
