@@ -11,7 +11,7 @@ from pathlib import Path
 ENTRY = "Go right."
 
 
-def build_tiny_curator(out_dir: str | os.PathLike[str], format_steps: int = 100) -> Path:
+def build_tiny_curator(out_dir: str | os.PathLike[str], format_steps: int = 200) -> Path:
     from skl_verl.knowledge_weaver.executor import ExecutorEpisode, ExecutorStep
     from skl_verl.knowledge_weaver.prompts import PROFILES, curator_messages
     from skl_verl.rollout.tiny_model import build_tiny_model

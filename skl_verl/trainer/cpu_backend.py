@@ -274,6 +274,13 @@ def _gloo_for_cpu_backend_strings() -> None:
     def init_process_group(*args, backend=None, **kwargs):
         if backend == "cpu:gloo,cpu:gloo":
             backend = "gloo"
+            if (not args and kwargs.get("world_size") == 1 and "store" not in kwargs
+                    and kwargs.get("init_method") in (None, "env://")):
+                # A one-process group needs no rendezvous: an in-process store instead of the TCPStore that
+                # env:// opens on every interface, and gloo's own socket on loopback (#24 item 7).
+                os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+                kwargs.pop("init_method", None)
+                kwargs.update(store=dist.HashStore(), rank=0)
         return original(*args, backend=backend, **kwargs)
 
     init_process_group._skl_cpu = True

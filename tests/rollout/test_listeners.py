@@ -143,8 +143,6 @@ def test_init_single_process_group_listens_on_loopback_only():
     assert all(ipaddress.ip_address(a).is_loopback for a in addresses), addresses
 
 
-@pytest.mark.xfail(strict=True, reason="verl's workers reach torch through cpu_backend._gloo_for_cpu_backend_strings "
-                   "(env:// rendezvous: a TCPStore on every interface), not init_single_process_group; see #24 item 7")
 def test_a_cpu_trainer_workers_process_group_listens_on_loopback_only():
     """What verl's engine workers run on the cpu platform (engine_workers.py: initialize_global_process_group_ray,
     with MASTER_ADDR/MASTER_PORT from the Ray worker group), through the CPU backend's backend-string patch."""
