@@ -81,7 +81,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import skl_verl  # noqa: E402
-from skl_verl.trainer import sample_fields as sf  # noqa: E402
+from skl_verl.rollout import sample_fields as sf  # noqa: E402
 from verl.trainer.ppo import core_algos  # noqa: E402
 
 POSITIONS = 3  # K

@@ -7,7 +7,7 @@ from verl import DataProto
 from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn
 from verl.workers.rollout.replica import TokenOutput
 
-from skl_verl.rollout.inprocess_rollout import compose_config, multi_output_agent_loop_worker
+from skl_verl.trainer.inprocess_rollout import compose_config, multi_output_agent_loop_worker
 from skl_verl.rollout.data import env_rows, write_parquet
 
 # Row 0: S then ice to the right; the goal is two steps down-right. No slip: outcomes are scripted.
@@ -86,12 +86,20 @@ def loop_options_override(tmp_path, name="skl_env", **options):
     override that points verl's agent-loop workers at it."""
     from omegaconf import OmegaConf
 
-    from skl_verl.trainer.registration import AGENT_LOOP_CONFIG
-
-    entries = OmegaConf.to_container(OmegaConf.load(AGENT_LOOP_CONFIG))
+    entries = OmegaConf.to_container(packaged_loops())
     matched = [entry for entry in entries if entry["name"] == name]
-    assert matched, f"no agent loop {name!r} in {AGENT_LOOP_CONFIG}"
+    assert matched, f"no registered agent loop {name!r}"
     matched[0].update(options)
     path = tmp_path / f"loops_{name}.yaml"
     OmegaConf.save(OmegaConf.create(entries), path)
     return f"actor_rollout_ref.rollout.agent.agent_loop_config_path={path}"
+
+
+def packaged_loops():
+    """Every registered agent loop as an agent-loop YAML list, to change and pass as a run's
+    ``agent_loop_config_path`` (whose entries replace the registered ones, as in verl's workers)."""
+    from omegaconf import OmegaConf
+
+    from skl_verl.trainer.registry import agent_loop_entries
+
+    return OmegaConf.create([{"name": name, **entry} for name, entry in agent_loop_entries().items()])

@@ -15,12 +15,13 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Annotated, Any
 
 import torch
 
-from skl_verl.trainer import sample_fields as sf
-from skl_verl.trainer.estimators import register_estimator
+from skl_verl.options import AtLeast
+from skl_verl.rollout import sample_fields as sf
 from skl_verl.trainer.group_advantage import group_codes, group_relative_advantages
 
 
@@ -100,14 +101,25 @@ def knowledge_weaver_advantages(
     return whitened * mask
 
 
-@register_estimator("knowledge_weaver", (sf.SEQUENCE_ID, sf.SCORE, sf.TOKEN_CREDIT))
+@dataclass(frozen=True)
+class KnowledgeWeaverCreditOptions:
+    """``algorithm.knowledge_weaver.*``: the constants of Eqs. 15–16."""
+
+    eps: Annotated[float, AtLeast(0)] = 1e-5
+    """Added to the std in Eq. 16's whitening and Eq. 7's group normalisation."""
+    kl_clip: Annotated[float, AtLeast(0)] = 10.0
+    """|kappa_t| of Eq. 15 is clipped to this before its return-to-go."""
+    clip: Annotated[float, AtLeast(0)] = 20.0
+    """The pre-whitening advantage of Eq. 16 is clipped to [-clip, clip]."""
+
+
 def knowledge_weaver_estimator(token_level_rewards, response_mask, sample_fields, options, algorithm=None,
                                old_log_probs=None, ref_log_probs=None, **_):
     """Eqs. 4/7, 15, 16 (``knowledge_weaver_advantages``) on the curator's samples: R is each sample's
     own score (``skl_score``; verl's KL-in-reward, which only builds the reference policy here, is
     applied inside as the clipped return-to-go instead), groups are the candidates of one context,
     beta is ``algorithm.kl_ctrl.kl_coef`` (fixed), l_beh the old (behaviour, in bypass mode) log-probs.
-    Options under ``algorithm.knowledge_weaver``: eps, kl_clip, clip."""
+    Options: ``KnowledgeWeaverCreditOptions``."""
     beta = float(algorithm.kl_ctrl.kl_coef) if algorithm is not None and algorithm.get("use_kl_in_reward", False) else 0.0
     if beta and (old_log_probs is None or ref_log_probs is None):
         raise ValueError("knowledge_weaver needs old and reference log-probs for its KL term (algorithm.use_kl_in_reward=true, "
@@ -123,6 +135,6 @@ def knowledge_weaver_estimator(token_level_rewards, response_mask, sample_fields
     advantages = knowledge_weaver_advantages(
         scores, group_codes(sample_fields[sf.SEQUENCE_ID]),
         old_log_probs if beta else zeros, ref_log_probs if beta else zeros, credit, mask,
-        beta=beta, kl_clip=float(options["kl_clip"]), clip=float(options["clip"]), eps=float(options["eps"]),
+        beta=beta, kl_clip=float(options.kl_clip), clip=float(options.clip), eps=float(options.eps),
     ).to(torch.float32)
     return advantages, advantages

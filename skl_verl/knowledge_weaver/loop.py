@@ -25,11 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from verl.experimental.agent_loop.agent_loop import (
-    AgentLoopBase,
-    AgentLoopOutput,
-    register,
-)
+from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutput
 
 from skl_verl.knowledge_weaver.credit import mi_token_credit, rescore_under_contexts
 from skl_verl.knowledge_weaver.entries import (
@@ -65,7 +61,8 @@ from skl_verl.rollout.env_loop import (
 )
 from skl_verl.rollout.env_pool import ENV_POOL
 from skl_verl.rollout.env_runtime import guarded_call
-from skl_verl.trainer import sample_fields as sf
+from skl_verl.knowledge_weaver import fields as kwf
+from skl_verl.rollout import sample_fields as sf
 
 PHASE = "curate"
 
@@ -207,9 +204,11 @@ def frozen_executor(settings: KWSettings) -> FrozenExecutor:
     return _PROCESS.executor(settings)
 
 
-@register("kw_curator")
 class KnowledgeWeaverCuratorLoop(AgentLoopBase):
     """Settings come from the trainer config's ``kw:`` section (``settings.kw_settings``)."""
+
+    rescores_sequences = True
+    """Rescores each candidate under every context of its set on the rollout server (MI credit)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -247,24 +246,24 @@ class KnowledgeWeaverCuratorLoop(AgentLoopBase):
             sf.POSITION: 0,
             sf.PHASE: PHASE,
             sf.TOKEN_CREDIT: None,
-            "skl_kw_step": step,
-            "skl_kw_slot": slot,
-            "skl_kw_candidate": slot * int(self.rollout_config.n) + session,
-            "skl_kw_task_type": task_type,
-            "skl_kw_types": info["kw_types"],
-            "skl_kw_valid": parsed.valid,
-            "skl_kw_error": parsed.error,
-            "skl_kw_entry": parsed.body,
-            "skl_kw_sr": None,
-            "skl_kw_msr": None,
-            "skl_kw_bank_only_sr": None,
-            "skl_kw_aug_sr": None,
-            "skl_kw_bank_only_runs": 0,
-            "skl_kw_executor_episodes": 0,
-            "skl_kw_retrieved": None,
-            "skl_kw_mi_credit": None,
-            "skl_kw_mi_clip_frac": None,
-            "skl_failed": False,
+            kwf.STEP: step,
+            kwf.SLOT: slot,
+            kwf.CANDIDATE: slot * int(self.rollout_config.n) + session,
+            kwf.TASK_TYPE: task_type,
+            kwf.TYPES: info["kw_types"],
+            kwf.VALID: parsed.valid,
+            kwf.ERROR: parsed.error,
+            kwf.ENTRY: parsed.body,
+            kwf.SR: None,
+            kwf.MSR: None,
+            kwf.BANK_ONLY_SR: None,
+            kwf.AUG_SR: None,
+            kwf.BANK_ONLY_RUNS: 0,
+            kwf.EXECUTOR_EPISODES: 0,
+            kwf.RETRIEVED: None,
+            kwf.MI_CREDIT: None,
+            kwf.MI_CLIP_FRAC: None,
+            sf.FAILED: False,
         }
         reward = self.kw.reward
         score = float(reward["invalid_penalty"])
@@ -274,14 +273,14 @@ class KnowledgeWeaverCuratorLoop(AgentLoopBase):
                 self._execute(step, slot, task_type, bank, parsed.body, trajectory_id),
                 self._mi_credit(contexts, set_slots.index(slot), response_ids, body_mask, trajectory_id),
             )
-            score = reward["lambda_sr"] * outcome["sr"] + reward["lambda_msr"] * outcome["msr"] + reward["valid_bonus"]
-            fields.update({f"skl_kw_{k}": v for k, v in outcome.items() if k not in ("episodes_for_pool", "failed_episodes")})
-            fields["skl_failed"] = outcome["failed_episodes"] > 0
+            score = reward["lambda_sr"] * outcome[kwf.SR] + reward["lambda_msr"] * outcome[kwf.MSR] + reward["valid_bonus"]
+            fields.update({k: v for k, v in outcome.items() if k not in ("episodes_for_pool", "failed_episodes")})
+            fields[sf.FAILED] = outcome["failed_episodes"] > 0
             if credit is not None:
                 fields[sf.TOKEN_CREDIT] = credit.tolist()
                 on_body = credit[torch.as_tensor(body_mask, dtype=torch.bool)]
-                fields["skl_kw_mi_credit"] = float(on_body.mean()) if on_body.numel() else 0.0
-                fields["skl_kw_mi_clip_frac"] = (float((on_body >= self.kw.mi["cap"]).double().mean())
+                fields[kwf.MI_CREDIT] = float(on_body.mean()) if on_body.numel() else 0.0
+                fields[kwf.MI_CLIP_FRAC] = (float((on_body >= self.kw.mi["cap"]).double().mean())
                                                  if on_body.numel() else 0.0)
             if self.kw.pool["use_previous_step"]:
                 usable = [PoolEpisode(task_type, e) for e in outcome["episodes_for_pool"] if is_usable(e)]
@@ -367,13 +366,13 @@ class KnowledgeWeaverCuratorLoop(AgentLoopBase):
                 augmented_wins[k] = episode.won
         mean = lambda values: sum(map(float, values)) / len(values)
         return {
-            "sr": mean(sr_wins),
-            "msr": mean([float(a) - float(b) for a, b in zip(augmented_wins, bank_only)]) if self.kw.bank["enabled"] else 0.0,
-            "bank_only_sr": mean(bank_only) if self.kw.bank["enabled"] else None,
-            "aug_sr": mean(augmented_wins) if self.kw.bank["enabled"] else None,
-            "bank_only_runs": int(started and self.kw.bank["enabled"]),
-            "executor_episodes": episodes + (baseline.episodes if started else 0),
-            "retrieved": mean([len(t.retrieved) for t in tasks]),
+            kwf.SR: mean(sr_wins),
+            kwf.MSR: mean([float(a) - float(b) for a, b in zip(augmented_wins, bank_only)]) if self.kw.bank["enabled"] else 0.0,
+            kwf.BANK_ONLY_SR: mean(bank_only) if self.kw.bank["enabled"] else None,
+            kwf.AUG_SR: mean(augmented_wins) if self.kw.bank["enabled"] else None,
+            kwf.BANK_ONLY_RUNS: int(started and self.kw.bank["enabled"]),
+            kwf.EXECUTOR_EPISODES: episodes + (baseline.episodes if started else 0),
+            kwf.RETRIEVED: mean([len(t.retrieved) for t in tasks]),
             "failed_episodes": sum(e.status.startswith("failed") for e in singles),
             "episodes_for_pool": singles,
         }

@@ -12,7 +12,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from skl_verl.trainer.config_checks import Option, check_section, config_error
+from skl_verl.options import ConfigError, Option, check_section
 
 _STR = Option(str, "")
 _OPTIONAL_STR = Option(str, None, optional=True)
@@ -98,29 +98,29 @@ def kw_settings(config: Any) -> KWSettings:
     section = config.get("kw") if hasattr(config, "get") and "kw" in config else config
     section = _plain(section)
     if not isinstance(section, Mapping):
-        raise config_error("the knowledge_weaver estimator needs a kw: section (see recipes/knowledge_weaver/config)")
+        raise ConfigError("the knowledge_weaver estimator needs a kw: section (see recipes/knowledge_weaver/config)")
     known = set(SCHEMA) | set(TOP_LEVEL) | {"env"}
     for key in section:
         if key not in known:
-            raise config_error(f"kw.{key} is not an option; known: {', '.join(sorted(known))}")
+            raise ConfigError(f"kw.{key} is not an option; known: {', '.join(sorted(known))}")
     env = section.get("env") or {}
     if not isinstance(env, Mapping) or not env.get("name"):
-        raise config_error("kw.env.name must name the env of the reward tasks and the pool (e.g. kw.env.name=alfworld)")
+        raise ConfigError("kw.env.name must name the env of the reward tasks and the pool (e.g. kw.env.name=alfworld)")
     executor = dict(section.get("executor") or {})
     client = executor.pop("client", None)
     if not isinstance(client, Mapping) or "_target_" not in client:
-        raise config_error("kw.executor.client must be a mapping with a _target_ that builds the executor's model "
+        raise ConfigError("kw.executor.client must be a mapping with a _target_ that builds the executor's model "
                            "client (e.g. skl_verl.rollout.openai_client.OpenAICompletionsClient)")
     top = check_section("kw", {k: v for k, v in section.items() if k in TOP_LEVEL}, TOP_LEVEL)
     parts = {name: check_section(f"kw.{name}", dict(section.get(name) or {}) if name != "executor" else executor, schema)
              for name, schema in SCHEMA.items()}
     for key in ("state_dir",):
         if not top[key]:
-            raise config_error(f"kw.{key} must be set")
+            raise ConfigError(f"kw.{key} must be set")
     if not parts["executor"]["tokenizer"]:
-        raise config_error("kw.executor.tokenizer must name the executor's tokenizer (a local path or hub id)")
+        raise ConfigError("kw.executor.tokenizer must name the executor's tokenizer (a local path or hub id)")
     if parts["retrieval"]["backend"] == "hf_mean_pool" and not parts["retrieval"]["model"]:
-        raise config_error("kw.retrieval.model must name the embedding model for backend hf_mean_pool")
+        raise ConfigError("kw.retrieval.model must name the embedding model for backend hf_mean_pool")
     return KWSettings(env_name=str(env["name"]), env_kwargs=dict(env.get("kwargs") or {}), executor_client=dict(client),
                       state_dir=str(top["state_dir"]), seed=int(top["seed"]), single_type=top["single_type"], **parts)
 
@@ -129,23 +129,23 @@ def check_kw_run(config: Any) -> KWSettings:
     """What a Knowledge Weaver run needs beyond its ``kw:`` section, checked before any worker starts."""
     settings = kw_settings(config)
     if config.data.get("shuffle", True):
-        raise config_error("data.shuffle must be false: the KW dataset is one block of rows per step, in order")
+        raise ConfigError("data.shuffle must be false: the KW dataset is one block of rows per step, in order")
     batch, set_size = int(config.data.train_batch_size), settings.mi["set_size"]
     if batch % set_size:
-        raise config_error(f"data.train_batch_size={batch} must be a whole number of MI comparison sets "
+        raise ConfigError(f"data.train_batch_size={batch} must be a whole number of MI comparison sets "
                            f"(kw.mi.set_size={set_size})")
     algorithm = config.algorithm
     if not algorithm.get("use_kl_in_reward", False):
         # The estimator reads beta (Eq. 16) from kl_ctrl.kl_coef only with use_kl_in_reward, which is also what
         # builds the reference policy; without it the KL term would silently be 0 (issue 23 item 7).
-        raise config_error("algorithm.use_kl_in_reward must be true: Knowledge Weaver's beta of Eq. 16 is "
+        raise ConfigError("algorithm.use_kl_in_reward must be true: Knowledge Weaver's beta of Eq. 16 is "
                            "algorithm.kl_ctrl.kl_coef (paper 0.01) and is 0 without it; for a run without the "
                            "KL term keep it true and set algorithm.kl_ctrl.kl_coef=0")
     if algorithm.kl_ctrl.get("type", "fixed") != "fixed":
-        raise config_error("algorithm.kl_ctrl.type must be fixed: beta of Eq. 16 is a constant (paper 0.01)")
+        raise ConfigError("algorithm.kl_ctrl.type must be fixed: beta of Eq. 16 is a constant (paper 0.01)")
     if algorithm.get("kl_penalty", "kl") != "kl":
-        raise config_error("algorithm.kl_penalty must be kl: Eq. 15's kappa is l_beh - l_ref")
+        raise ConfigError("algorithm.kl_penalty must be kl: Eq. 15's kappa is l_beh - l_ref")
     if config.actor_rollout_ref.actor.get("use_kl_loss", False):
-        raise config_error("actor_rollout_ref.actor.use_kl_loss must be false: Knowledge Weaver's KL term is in the "
+        raise ConfigError("actor_rollout_ref.actor.use_kl_loss must be false: Knowledge Weaver's KL term is in the "
                            "advantage (Eq. 16), not in the loss")
     return settings

@@ -18,14 +18,15 @@ import json
 import logging
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
-from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
+from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput
 from verl.utils.profiler import simple_timer
 
 import reward_fns
 from envs import TextEnv
-from skl_verl.trainer import sample_fields as sf
+from skl_verl.options import Above, AtLeast, DeclaredOptions, OneOf
+from skl_verl.rollout import sample_fields as sf
 from skl_verl.rollout.env_pool import ENV_POOL
 from skl_verl.rollout.env_runtime import EnvCallFailed, guarded_call
 from skl_verl.rollout.parsing import build_parser
@@ -144,42 +145,31 @@ def render_turn(observation: str, actions: list[str] | str) -> str:
 
 
 
-@register("skl_env")
-class EnvAgentLoop(AgentLoopBase):
-    """Options come from the agent-loop YAML entry (hydra passes extra keys to ``__init__``)."""
+class EnvAgentLoop(DeclaredOptions, AgentLoopBase):
+    """Options come from the agent-loop YAML entry (hydra passes extra keys to ``__init__``); each is
+    declared once, here, with its range (``skl_verl.options``)."""
 
     def __init__(
         self,
         *args: Any,
-        max_turns: int = 20,
+        max_turns: Annotated[int, AtLeast(1)] = 20,
         parser: Any = None,
-        invalid_format_penalty: float = 0.1,
-        env_step_timeout_s: float = 60.0,
+        invalid_format_penalty: Annotated[float, AtLeast(0)] = 0.1,
+        env_step_timeout_s: Annotated[float, Above(0)] = 60.0,
         system_prompt: str = DEFAULT_SYSTEM_PROMPT,
-        max_tokens_per_turn: int | None = None,
-        reward_fn: str = "env_return",
-        reward_scale: float = 10.0,
-        sample_granularity: str = "episode",
-        step_history: int = 4,
+        max_tokens_per_turn: Annotated[int, AtLeast(1)] | None = None,
+        reward_fn: Annotated[str, OneOf(*reward_fns.REWARD_FNS)] = "env_return",
+        reward_scale: Annotated[float, Above(0)] = 10.0,
+        sample_granularity: Annotated[str, OneOf(*SAMPLE_GRANULARITIES)] = "episode",
+        step_history: Annotated[int, AtLeast(0)] = 4,
         **kwargs: Any,
     ):
         super().__init__(*args, **kwargs)
-        if sample_granularity not in SAMPLE_GRANULARITIES:
-            raise ValueError(f"sample_granularity must be one of {SAMPLE_GRANULARITIES}, got {sample_granularity!r}")
-        if step_history < 0:
-            raise ValueError("step_history must be >= 0")
         self.sample_granularity = sample_granularity
         self.step_history = step_history
-        reward_fns.reward_fn(reward_fn)  # an unknown name fails here, naming the known ones
         self.reward_fn = reward_fn
         self.reward_scale = reward_scale
-        if max_turns <= 0:
-            raise ValueError("max_turns must be positive")
-        if max_tokens_per_turn is not None and max_tokens_per_turn <= 0:
-            raise ValueError("max_tokens_per_turn must be positive (or null for no per-turn cap)")
         self.max_tokens_per_turn = max_tokens_per_turn
-        if invalid_format_penalty < 0:
-            raise ValueError("invalid_format_penalty is a penalty: give it as a non-negative number")
         self.max_turns = max_turns
         self.parser = build_parser(parser)
         self.invalid_format_penalty = invalid_format_penalty
@@ -496,12 +486,12 @@ class EnvAgentLoop(AgentLoopBase):
         extra.update(
             {
                 sf.EPISODE_REWARD: episode.env_return,
-                "skl_won": episode.won,
-                "skl_turns": episode.turns,
-                "skl_invalid_format_turns": episode.invalid_format_turns,
-                "skl_invalid_action_turns": episode.invalid_action_turns,
-                "skl_truncated": episode.truncated,
-                "skl_failed": episode.failed or "",
+                sf.WON: episode.won,
+                sf.TURNS: episode.turns,
+                sf.INVALID_FORMAT_TURNS: episode.invalid_format_turns,
+                sf.INVALID_ACTION_TURNS: episode.invalid_action_turns,
+                sf.TRUNCATED: episode.truncated,
+                sf.FAILED: episode.failed or "",
                 sf.SCORE: reward,
                 **{k: type(v)() for k, v in VERL_EXTRA_DEFAULTS.items()},
                 **self.weight_version_fields(episode.weight_versions),

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Annotated
+
 import numpy as np
 import torch
 
-from skl_verl.trainer import sample_fields as sf
+from skl_verl.options import AtLeast, Between, OneOf
+from skl_verl.rollout import sample_fields as sf
 from skl_verl.trainer.estimators import (
     outcome_scores,
-    register_estimator,
     step_penalties,
     to_tokens,
     trial_groups,
@@ -17,6 +20,21 @@ from skl_verl.trainer.estimators import (
 from skl_verl.trainer.group_advantage import Normalisation, group_codes, group_relative_advantages
 
 SOLVE_RETURNS = ("task", "discounted")
+
+
+@dataclass(frozen=True)
+class SkillRiseCreditOptions:
+    """``algorithm.skillrise.*``: the options of Eqs. 6–7."""
+
+    gamma: Annotated[float, Between(0, 1)] = 0.6
+    """γ of Eq. 6, discounting later tasks' rewards in a curate sample's return (paper 0.6)."""
+    norm: Annotated[str, OneOf("std", "mean")] = "std"
+    """Eq. 7's group normalisation: divide by the group's std, or only subtract its mean."""
+    curate_weight: Annotated[float, AtLeast(0)] = 1.0
+    """A loss weight on curate advantages (1.0: the paper)."""
+    eps: Annotated[float, AtLeast(0)] = 1e-6
+    solve_return: Annotated[str, OneOf(*SOLVE_RETURNS)] = "task"
+    """A solve sample's return: its own r_k (the paper), or discounted like a curate's (the LaMer baseline)."""
 
 
 def skillrise_returns(
@@ -87,12 +105,10 @@ def skillrise_advantages(
     return advantages, returns
 
 
-@register_estimator("skillrise", (sf.TRAJECTORY_ID, sf.SEQUENCE_ID, sf.POSITION, sf.PHASE))
 def skillrise_estimator(token_level_rewards, response_mask, sample_fields, options, **_):
     """SkillRise Eqs. 6–7 on one score per trial phase (episode or step samples alike); in step mode
-    every step sample gets its trial phase's advantage minus its own format penalty. Options under
-    ``algorithm.skillrise``: gamma (0.6), norm ('std'|'mean'), curate_weight (1.0), eps (1e-6),
-    solve_return ('task'; 'discounted' for the LaMer baseline)."""
+    every step sample gets its trial phase's advantage minus its own format penalty. Options:
+    ``SkillRiseCreditOptions``."""
     phase = np.asarray(sample_fields[sf.PHASE]).astype(str)
     bad = sorted(set(phase) - {"solve", "curate"})
     if bad:
@@ -106,11 +122,11 @@ def skillrise_estimator(token_level_rewards, response_mask, sample_fields, optio
         group=trial_groups(sample_fields, first),
         position=torch.as_tensor(np.asarray(sample_fields[sf.POSITION])[rows].astype(np.int64)),
         is_curate=torch.as_tensor(phase[rows] == "curate"),
-        gamma=float(options["gamma"]),
-        norm=options["norm"],
-        curate_weight=float(options["curate_weight"]),
-        eps=float(options["eps"]),
-        solve_return=options["solve_return"],
+        gamma=float(options.gamma),
+        norm=options.norm,
+        curate_weight=float(options.curate_weight),
+        eps=float(options.eps),
+        solve_return=options.solve_return,
     )
     advantages = unit_advantages[units] - step_penalties(sample_fields, len(units))
     return to_tokens(advantages, unit_returns[units], response_mask)

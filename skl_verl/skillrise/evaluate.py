@@ -37,7 +37,7 @@ from skl_verl.skillrise.sequences import (
     retry_sequences,
     sample_tasks,
 )
-from skl_verl.trainer import sample_fields as sf
+from skl_verl.rollout import sample_fields as sf
 
 PAPER_ENVS = ("alfworld", "webshop", "sciworld")
 
@@ -56,8 +56,8 @@ def solve_records(data) -> list[dict[str, Any]]:
                 "sequence": fields[sf.SEQUENCE_ID][i],
                 "position": int(fields[sf.POSITION][i]),
                 "family": extra.get("family", ""),
-                "won": bool(fields["skl_won"][i]),
-                "failed": bool(fields["skl_failed"][i]),
+                "won": bool(fields[sf.WON][i]),
+                "failed": bool(fields[sf.FAILED][i]),
             }
         )
     return records
@@ -150,11 +150,11 @@ reflection, and the task-independent baselines retry with their training prompt 
 def default_agent_loop(env: str, method: str = "SkillRise") -> str:
     """The loop ``method`` is evaluated with on ``env`` (``<kind>_<env>``); SkillRise falls back to the
     generic ``skillrise`` loop for envs without a recipe loop."""
-    from omegaconf import OmegaConf
+    import skl_verl
+    from skl_verl.trainer.registry import AGENT_LOOPS
 
-    from skl_verl.trainer.registration import AGENT_LOOP_CONFIG
-
-    names = {entry.name for entry in OmegaConf.load(AGENT_LOOP_CONFIG)}
+    skl_verl.register(with_trainer=False)
+    names = set(AGENT_LOOPS)
     kind = METHOD_LOOPS[method]
     if f"{kind}_{env}" in names:
         return f"{kind}_{env}"
@@ -164,8 +164,10 @@ def default_agent_loop(env: str, method: str = "SkillRise") -> str:
 
 
 def run_rollouts(args, env_kwargs: dict[str, Any], sequences, tokenizer, client, workdir: Path, name: str):
-    from skl_verl.rollout.inprocess_rollout import AgentRollout, compose_config
+    import skl_verl
+    from skl_verl.trainer.inprocess_rollout import AgentRollout, compose_config
 
+    skl_verl.register(with_trainer=False)
     path = write_parquet(
         sequence_rows(args.env, env_kwargs, sequences, stop_after_success=name == "pass_at_k"), workdir / f"{name}.parquet"
     )

@@ -13,11 +13,13 @@ Dataset rows (``skl_verl.skillrise.build_dataset``) name the env and the ordered
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Annotated, Any
 
-from verl.experimental.agent_loop.agent_loop import AgentLoopOutput, register
+from verl.experimental.agent_loop.agent_loop import AgentLoopOutput
 
-from skl_verl.trainer import sample_fields as sf
+from skl_verl.options import AtLeast, OneOf
+from skl_verl.rollout import sample_fields as sf
+from skl_verl.skillrise import fields as rf
 from skl_verl.rollout.env_loop import (
     EnvAgentLoop,
     EpisodeResult,
@@ -50,27 +52,22 @@ def parse_sequence_spec(extra_info: dict[str, Any]) -> tuple[str, dict[str, Any]
     )
 
 
-@register("skillrise")
 class SkillRiseAgentLoop(EnvAgentLoop):
     def __init__(
         self,
         *args: Any,
         curate: bool = True,
-        max_document_words: int = 300,
-        curate_penalty: float = 0.1,
-        history_window: int = 50,
-        carried_text: str = "skill_document",
+        max_document_words: Annotated[int, AtLeast(1)] = 300,
+        curate_penalty: Annotated[float, AtLeast(0)] = 0.1,
+        history_window: Annotated[int, AtLeast(0)] = 50,
+        carried_text: Annotated[str, OneOf(*prompts.CARRIED_TEXTS)] = "skill_document",
         **kwargs: Any,
     ):
-        if carried_text not in prompts.CARRIED_TEXTS:
-            raise ValueError(f"carried_text must be one of {sorted(prompts.CARRIED_TEXTS)}, got {carried_text!r}")
         if carried_text == "none" and curate:
             raise ValueError("carried_text: none carries nothing between tasks; set curate: false")
         self.carried = prompts.CARRIED_TEXTS[carried_text]
         kwargs.setdefault("system_prompt", self.carried.solve_system)
         super().__init__(*args, **kwargs)
-        if max_document_words <= 0 or history_window < 0 or curate_penalty < 0:
-            raise ValueError("max_document_words must be > 0, history_window >= 0, curate_penalty >= 0")
         self.curate = curate
         self.max_document_words = max_document_words
         self.curate_penalty = curate_penalty
@@ -96,7 +93,7 @@ class SkillRiseAgentLoop(EnvAgentLoop):
                     preamble=self.carried.preamble(document),
                 )
                 fields = self._fields(trial_id, sequence_id, position, "solve", task_id)
-                fields["skl_document_words"] = self.document_words(document)
+                fields[rf.DOCUMENT_WORDS] = self.document_words(document)
                 outputs.extend(self.to_outputs(episode, fields))
                 won.append(float(episode.won))
                 if stop_after_success and episode.won:
@@ -125,7 +122,7 @@ class SkillRiseAgentLoop(EnvAgentLoop):
             sf.POSITION: position,
             sf.PHASE: phase,
             sf.TOKEN_CREDIT: None,
-            "skl_task_id": task_id,
+            rf.TASK_ID: task_id,
         }
 
     def _curate_messages(self, document: str, episode: EpisodeResult, window: int) -> list[dict[str, str]]:
@@ -179,8 +176,8 @@ class SkillRiseAgentLoop(EnvAgentLoop):
         fields.update(
             {
                 sf.EPISODE_REWARD: 0.0,
-                "skl_curate_error": error or "",
-                "skl_document_words": self.document_words(new_document),
+                rf.CURATE_ERROR: error or "",
+                rf.DOCUMENT_WORDS: self.document_words(new_document),
             }
         )
         versions = self.weight_version_fields(weight_versions(output))

@@ -9,24 +9,21 @@ three; loss ``skl_weighted_nll``)."""
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Annotated, Any
 
 import numpy as np
 import torch
 from verl.trainer.ppo import core_algos
 
-from skl_verl.trainer import sample_fields as sf
-from skl_verl.trainer.estimators import (
-    outcome_scores,
-    register_estimator,
-    register_term_weights,
-    require_fields,
-    to_tokens,
-)
+from skl_verl.options import AtLeast, ConfigError, OneOf
+from skl_verl.rollout import sample_fields as sf
+from skl_verl.skl import fields as skl_fields
+from skl_verl.trainer.estimators import GroupNormOptions, outcome_scores, to_tokens
+from skl_verl.trainer.registry import require_fields
 from skl_verl.trainer.group_advantage import group_codes, group_relative_advantages
 
 
-@core_algos.register_policy_loss("skl_weighted_nll")
 def weighted_nll_policy_loss(
     old_log_prob: torch.Tensor,
     log_prob: torch.Tensor,
@@ -174,7 +171,6 @@ OBJECTIVE_LOSS_MODES = {"policy_gradient": "skl_sd_eq1", "weighted_nll": "skl_we
 """The policy loss each ``algorithm.skl_sd.objective`` needs (checked by ``skl_verl.main``)."""
 
 
-@core_algos.register_policy_loss("skl_sd_eq1")
 def skl_sd_eq1_policy_loss(
     old_log_prob: torch.Tensor,
     log_prob: torch.Tensor,
@@ -213,42 +209,68 @@ def skl_sd_eq1_policy_loss(
     return loss, metrics
 
 
-@register_term_weights("skl_sd_eq1")
 def skl_sd_term_weights(sample_fields: dict[str, np.ndarray], response_mask: torch.Tensor, is_weights: torch.Tensor | None) -> torch.Tensor:
     """The per-token Eq. 1 terms of a batch (from ``skl_phase`` and ``skl_keep``), encoded for ``skl_sd_eq1``."""
-    require_fields("skl_sd_eq1", sample_fields, (sf.PHASE, sf.KEEP))
-    terms = skl_sd_terms(sample_fields[sf.PHASE], sample_fields[sf.KEEP])
+    require_fields("skl_sd_eq1", sample_fields, (sf.PHASE, skl_fields.KEEP))
+    terms = skl_sd_terms(sample_fields[sf.PHASE], sample_fields[skl_fields.KEEP])
     return encode_term_weights(terms[:, None].expand(response_mask.shape), is_weights)
 
 
-@register_estimator("skl_sd", (sf.PHASE, sf.KEEP, sf.SEQUENCE_ID))
+@dataclass(frozen=True)
+class SklSdOptions(GroupNormOptions):
+    """``algorithm.skl_sd.*``: Eq. 1's reading and weights (norm and eps: the GRPO advantages)."""
+
+    objective: Annotated[str, OneOf(*OBJECTIVE_LOSS_MODES)] = "policy_gradient"
+    """``policy_gradient``: GRPO advantages per (task, phase) group, positive-filtered, for the ``skl_sd_eq1``
+    loss; ``weighted_nll``: constant weights 1/λ1/λ2 for ``skl_weighted_nll``."""
+    lambda_distill: Annotated[float, AtLeast(0)] = 1.0
+    """λ1 of Eq. 1, on D_distill (the retries)."""
+    lambda_reflect: Annotated[float, AtLeast(0)] = 1.0
+    """λ2 of Eq. 1, on D_reflect (the reflections)."""
+
+
 def skl_sd_estimator(token_level_rewards, response_mask, sample_fields, options, **_):
-    """SKL-SD Eq. 1. Options under ``algorithm.skl_sd``: objective (``policy_gradient``: GRPO
-    advantages per (task, phase) group, positive-filtered, λ1 on retries, λ2 on reflections, for the
-    ``skl_sd_eq1`` loss; ``weighted_nll``: constant weights 1/λ1/λ2 for ``skl_weighted_nll``),
-    lambda_distill (λ1), lambda_reflect (λ2), norm and eps (GRPO)."""
+    """SKL-SD Eq. 1 (options: ``SklSdOptions``)."""
     scores = outcome_scores(token_level_rewards)
-    phase, keep = sample_fields[sf.PHASE], sample_fields[sf.KEEP]
-    if options["objective"] == "weighted_nll":
-        weights = skl_sd_weights(phase, keep, options["lambda_distill"], options["lambda_reflect"])
+    phase, keep = sample_fields[sf.PHASE], sample_fields[skl_fields.KEEP]
+    if options.objective == "weighted_nll":
+        weights = skl_sd_weights(phase, keep, options.lambda_distill, options.lambda_reflect)
     else:
         groups = group_codes(sample_fields[sf.SEQUENCE_ID], phase)
         weights = skl_sd_pg_advantages(
-            scores, phase, keep, groups, options["lambda_distill"], options["lambda_reflect"],
-            norm=options["norm"], eps=float(options["eps"]),
+            scores, phase, keep, groups, options.lambda_distill, options.lambda_reflect,
+            norm=options.norm, eps=float(options.eps),
         )
     return to_tokens(weights, scores, response_mask)
 
 
-@register_estimator("skl_rl", (sf.TRAJECTORY_ID, sf.SEQUENCE_ID, sf.PHASE))
+def check_skl_sd_loss(config: Any, options: SklSdOptions, loop_entry: Any) -> None:
+    """Each reading of Eq. 1 trains with its own policy loss."""
+    loss_mode = config.actor_rollout_ref.actor.policy_loss.get("loss_mode", "vanilla")
+    if loss_mode != OBJECTIVE_LOSS_MODES[options.objective]:
+        raise ConfigError(
+            f"algorithm.skl_sd.objective={options.objective} trains with its own policy loss, but "
+            f"actor_rollout_ref.actor.policy_loss.loss_mode is {loss_mode!r}; set it, e.g. "
+            f"actor_rollout_ref.actor.policy_loss.loss_mode={OBJECTIVE_LOSS_MODES[options.objective]}"
+        )
+
+
+@dataclass(frozen=True)
+class SklRlOptions(GroupNormOptions):
+    """``algorithm.skl_rl.*`` (norm and eps: the GRPO advantages of Eq. 4)."""
+
+    distill_coef: Annotated[float, AtLeast(0)] = 0.1
+    """λ of Eq. 4, on the distillation term."""
+
+
 def skl_rl_estimator(token_level_rewards, response_mask, sample_fields, options, old_log_probs=None, **_):
     """SKL-RL Eq. 4: GRPO on the interleaved traces (phase 'act', grouped per task) plus λ times
     the distillation term. Forward KL (Eq. 5): 'distill' samples (student context -> ẑ) get λ.
     Reverse KL (Eq. 6): each 'distill_teacher' probe scores the student's z under the teacher
     context; the z tokens of its trace get -λ·(log π_student − log π_teacher) per token (the
     k1-reward policy-gradient form), from the old log-probs; probes themselves get 0.
-    Options under ``algorithm.skl_rl``: distill_coef (λ), norm ('std'|'mean'), eps."""
-    coef = float(options["distill_coef"])
+    Options: ``SklRlOptions``."""
+    coef = float(options.distill_coef)
     phase = np.asarray(sample_fields[sf.PHASE]).astype(str)
     unknown_phases = sorted(set(phase) - {"act", "distill", "distill_teacher"})
     if unknown_phases:
@@ -256,7 +278,7 @@ def skl_rl_estimator(token_level_rewards, response_mask, sample_fields, options,
     scores = outcome_scores(token_level_rewards).to(torch.float64)
     is_trace = torch.as_tensor(phase == "act")
     grpo = group_relative_advantages(
-        scores, group_codes(sample_fields[sf.SEQUENCE_ID], phase), norm=options["norm"], eps=float(options["eps"])
+        scores, group_codes(sample_fields[sf.SEQUENCE_ID], phase), norm=options.norm, eps=float(options.eps)
     )
     per_sample = torch.where(is_trace, grpo, torch.where(torch.as_tensor(phase == "distill"), coef, 0.0))
     advantages, returns = to_tokens(per_sample, scores, response_mask)
@@ -268,7 +290,7 @@ def skl_rl_estimator(token_level_rewards, response_mask, sample_fields, options,
         mask = response_mask.to(advantages.dtype)
         for j in probes:  # one per real step with a teacher probe; spans differ in length
             i = trace_row[sample_fields[sf.TRAJECTORY_ID][j]]
-            start, end = (int(x) for x in sample_fields["skl_z_span"][j])
+            start, end = (int(x) for x in sample_fields[skl_fields.Z_SPAN][j])
             end = min(end, advantages.shape[1])
             gap = old_log_probs[i, start:end] - old_log_probs[j, : end - start]
             advantages[i, start:end] -= coef * gap.to(advantages.dtype) * mask[i, start:end]

@@ -47,14 +47,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from typing import Any
+from typing import Annotated, Any
 
-from verl.experimental.agent_loop.agent_loop import AgentLoopOutput, register
+from verl.experimental.agent_loop.agent_loop import AgentLoopOutput
 
-from skl_verl.trainer import sample_fields as sf
+from skl_verl.options import AtLeast, Between, OneOf
+from skl_verl.rollout import sample_fields as sf
+from skl_verl.skl import fields as skl_fields
 from skl_verl.rollout.env_runtime import EnvCallFailed
 from skl_verl.rollout.env_loop import EpisodeResult, TurnContext, render_turn, single_turn_output, stable_seed
-from skl_verl.rollout.stateful_loop import StatefulAgentLoop
+from skl_verl.skl.stateful_loop import StatefulAgentLoop
 from skl_verl.rollout.prompt_safety import encode_as_text, neutralise_special_tokens
 from skl_verl.skl.simulation import (
     BoardPolicy,
@@ -135,35 +137,28 @@ def behaviour_policy(name: str, seed: int, expert_rate: float, engine_path: str 
     raise ValueError(f"simulation_policy must be one of {SIMULATION_OPTIONS}, got {name!r}")
 
 
-@register("skl_rl")
 class SklRlAgentLoop(StatefulAgentLoop):
     def __init__(
         self,
         *args: Any,
-        simulations: int = 3,
-        horizon: int = 2,
-        simulation_policy: str = "self",
-        expert_rate: float = 0.5,
+        simulations: Annotated[int, AtLeast(1)] = 3,
+        horizon: Annotated[int, AtLeast(1)] = 2,
+        simulation_policy: Annotated[str, OneOf(*SIMULATION_OPTIONS)] = "self",
+        expert_rate: Annotated[float, Between(0, 1)] = 0.5,
         engine_path: str | None = None,
-        distill_interval: int = 0,
-        distill_kind: str = "forward",
+        distill_interval: Annotated[int, AtLeast(0)] = 0,
+        distill_kind: Annotated[str, OneOf("forward", "reverse")] = "forward",
         **kwargs: Any,
     ):
+        """N simulations of horizon H per real step (chess: 3 and 2), by the policy itself (trained in the
+        trace) or a behaviour policy shown as context (``random``; ``expert_mix``: Stockfish's move with
+        probability ``expert_rate``); distillation samples every ``distill_interval`` steps (δ; 0: off),
+        forward (Eq. 5) or reverse (Eq. 6) KL."""
         super().__init__(*args, **kwargs)
-        if distill_interval < 0:
-            raise ValueError("distill_interval must be >= 0 (0 disables distillation samples)")
-        if distill_kind not in ("forward", "reverse"):
-            raise ValueError(f"distill_kind must be 'forward' or 'reverse', got {distill_kind!r}")
         self.distill_interval, self.distill_kind = distill_interval, distill_kind
         self._teacher_contexts: list[tuple[int, list[dict[str, str]]]] = []
-        if simulations < 1 or horizon < 1:
-            raise ValueError("simulations (N) and horizon (H) must be >= 1")
-        if not 0 <= expert_rate <= 1:
-            raise ValueError("expert_rate must be in [0, 1]")
         self.simulations, self.horizon = simulations, horizon
         self.simulation_policy, self.expert_rate, self.engine_path = simulation_policy, expert_rate, engine_path
-        if simulation_policy not in SIMULATION_OPTIONS:
-            raise ValueError(f"simulation_policy must be one of {SIMULATION_OPTIONS}, got {simulation_policy!r}")
         if simulation_policy != "self":
             behaviour_policy(simulation_policy, 0, expert_rate, engine_path)  # fail at start on a bad config
 
@@ -174,7 +169,7 @@ class SklRlAgentLoop(StatefulAgentLoop):
             return [trace]
         stream = list(trace.prompt_ids) + list(trace.response_ids)
         outputs = [trace]
-        records = trace.extra_fields["skl_knowledge_steps"]
+        records = trace.extra_fields[skl_fields.KNOWLEDGE_STEPS]
         if self.distill_kind == "forward":
             for position, record in enumerate(records):
                 if record.get("refined_knowledge") and record["context_tokens"] <= len(stream):
@@ -195,7 +190,7 @@ class SklRlAgentLoop(StatefulAgentLoop):
             sf.TRAJECTORY_ID: trace.extra_fields[sf.TRAJECTORY_ID], sf.SEQUENCE_ID: trace.extra_fields[sf.SEQUENCE_ID],
             sf.POSITION: position, sf.PHASE: "distill_teacher", sf.TOKEN_CREDIT: None,
             # Where z sits in the trace's response: the estimator aligns the two samples' log-probs by it.
-            "skl_z_span": [record["context_tokens"] - offset, record["knowledge_end"] - offset],
+            skl_fields.Z_SPAN: [record["context_tokens"] - offset, record["knowledge_end"] - offset],
         }
         prompt_ids = await self.ct_build_initial_tokens(messages)
         logprobs, versions = await self.score_response(prompt_ids, z_ids, f"{fields[sf.TRAJECTORY_ID]}:probe{position}", sampling_params)
@@ -207,10 +202,11 @@ class SklRlAgentLoop(StatefulAgentLoop):
         response_ids = response_ids[: self.response_length]
         fields = {
             sf.TRAJECTORY_ID: trace.extra_fields[sf.TRAJECTORY_ID], sf.SEQUENCE_ID: trace.extra_fields[sf.SEQUENCE_ID],
-            sf.POSITION: position, sf.PHASE: "distill", sf.TOKEN_CREDIT: None, "skl_distill_state": record["state_key"],
+            sf.POSITION: position, sf.PHASE: "distill", sf.TOKEN_CREDIT: None, skl_fields.DISTILL_STATE: record["state_key"],
         }
-        # Long histories are left-truncated to rollout.prompt_length, as verl does for any prompt.
-        prompt_ids = self._cap_text_prompt_length(context_ids)
+        # Long histories are left-truncated to rollout.prompt_length, as verl does for any prompt: the state
+        # and z's context are at the end.
+        prompt_ids = context_ids[-int(self.rollout_config.prompt_length):]
         logprobs, versions = await self.score_response(prompt_ids, response_ids, f"{fields[sf.TRAJECTORY_ID]}:distill{position}", sampling_params)
         return single_turn_output(prompt_ids, response_ids, 0.0, fields, logprobs, self.weight_version_fields(versions), num_turns=2)
 
@@ -218,11 +214,11 @@ class SklRlAgentLoop(StatefulAgentLoop):
         steps = episode.knowledge_steps
         return {
             **super().episode_fields(episode),
-            "skl_distill_pairs": [
+            skl_fields.DISTILL_PAIRS: [
                 {"state_key": s["state_key"], "z": s["knowledge"], "z_hat": s.get("refined_knowledge", "")} for s in steps
             ],
-            "skl_simulated_steps": sum(s.get("simulated_steps", 0) for s in steps),
-            "skl_root_candidates": [len(s.get("root_candidates", ())) for s in steps],
+            skl_fields.SIMULATED_STEPS: sum(s.get("simulated_steps", 0) for s in steps),
+            skl_fields.ROOT_CANDIDATES: [len(s.get("root_candidates", ())) for s in steps],
         }
 
     async def before_action(self, context: TurnContext, episode: EpisodeResult, step: dict[str, Any]) -> bool:

@@ -26,11 +26,13 @@ from __future__ import annotations
 import math
 import os
 import random
-from typing import Any
+from typing import Annotated, Any
 
-from verl.experimental.agent_loop.agent_loop import AgentLoopOutput, register
+from verl.experimental.agent_loop.agent_loop import AgentLoopOutput
 
-from skl_verl.trainer import sample_fields as sf
+from skl_verl.options import Above, AtLeast, Between, OneOf
+from skl_verl.rollout import sample_fields as sf
+from skl_verl.skl import fields as skl_fields
 from skl_verl.rollout.env_loop import (
     EpisodeResult,
     _trajectory_id,
@@ -39,7 +41,7 @@ from skl_verl.rollout.env_loop import (
     stable_seed,
     weight_versions,
 )
-from skl_verl.rollout.stateful_loop import StatefulAgentLoop
+from skl_verl.skl.stateful_loop import StatefulAgentLoop
 from skl_verl.rollout.env_pool import ENV_POOL
 from skl_verl.rollout.prompt_safety import neutralise_special_tokens
 from skl_verl.skl import prompts
@@ -84,28 +86,24 @@ def episode_transitions(episode: EpisodeResult, episode_id: str, epoch: int) -> 
     ]
 
 
-@register("skl_sd")
 class SklSdAgentLoop(StatefulAgentLoop):
     def __init__(
         self,
         *args: Any,
-        rollouts_per_state: int = 3,
-        horizon: int = 3,
-        bootstrap_fraction: float = 0.2,
-        buffer_scope: str = "all",
+        rollouts_per_state: Annotated[int, AtLeast(1)] = 3,
+        horizon: Annotated[int, AtLeast(1)] = 3,
+        bootstrap_fraction: Annotated[float, Between(0, 1), Above(0)] = 0.2,
+        buffer_scope: Annotated[str, OneOf("all", "last_epoch")] = "all",
         memory_dir: str | None = None,
-        success: str = "reward_positive",
+        success: Annotated[str, OneOf(*SUCCESS_RULES)] = "reward_positive",
         **kwargs: Any,
     ):
+        """N rollouts of horizon H per bootstrapped state (paper 3 and 3), about a fifth of the states
+        bootstrapped per episode (paper ~20%), from the experience of every epoch or the last; the journal
+        in ``memory_dir`` (null: beside the trainer's checkpoints when it saves them); success as Alg. 1's
+        R(τ) > 0 or the env's own flag."""
         super().__init__(*args, **kwargs)
-        if success not in SUCCESS_RULES:
-            raise ValueError(f"success must be one of {SUCCESS_RULES}, got {success!r}")
         self.success = success
-        if rollouts_per_state < 1 or horizon < 1:
-            raise ValueError("rollouts_per_state (N) and horizon (H) must be >= 1")
-        if buffer_scope not in ("all", "last_epoch"):
-            raise ValueError("buffer_scope must be 'all' or 'last_epoch'")
-        bootstrap_indices(1, bootstrap_fraction, 0)  # validates the fraction
         self.n, self.horizon, self.fraction, self.scope = rollouts_per_state, horizon, bootstrap_fraction, buffer_scope
         self.memory_dir = memory_dir
 
@@ -133,7 +131,7 @@ class SklSdAgentLoop(StatefulAgentLoop):
             base_ok = episode_succeeded(base, self.success)
             failed = not base_ok and not base.failed
             order = bootstrap_indices(len(moves), self.fraction, stable_seed(f"{trial}:bootstrap")) if failed else []
-            outputs.append(self._sample(base, trial, task_id, "base", 0, keep=base_ok, extra={"skl_bootstrap_order": order}))
+            outputs.append(self._sample(base, trial, task_id, "base", 0, keep=base_ok, extra={skl_fields.BOOTSTRAP_ORDER: order}))
             if not order:
                 return outputs
 
@@ -154,10 +152,10 @@ class SklSdAgentLoop(StatefulAgentLoop):
         retry_ok = episode_succeeded(retry, self.success)
         for t, reflection, z_hat in reflections:
             reflection.extra_fields[sf.SCORE] = 1.0 if retry_ok else 0.0
-            reflection.extra_fields["skl_keep"] = bool(retry_ok and z_hat)
+            reflection.extra_fields[skl_fields.KEEP] = bool(retry_ok and z_hat)
             reflection.reward_score = reflection.extra_fields[sf.SCORE]
             outputs.append(reflection)
-        outputs.append(self._sample(retry, trial, task_id, "distill", 0, keep=retry_ok, extra={"skl_prefilled_states": len(refined)}))
+        outputs.append(self._sample(retry, trial, task_id, "distill", 0, keep=retry_ok, extra={skl_fields.PREFILLED_STATES: len(refined)}))
         return outputs
 
     def journal_dir(self) -> str | None:
@@ -173,7 +171,7 @@ class SklSdAgentLoop(StatefulAgentLoop):
     def _sample(self, episode: EpisodeResult, trial: str, task_id: str, phase: str, position: int, keep: bool, extra: dict) -> AgentLoopOutput:
         fields = {
             sf.TRAJECTORY_ID: trial, sf.SEQUENCE_ID: task_id, sf.POSITION: position, sf.PHASE: phase,
-            sf.TOKEN_CREDIT: None, "skl_keep": bool(keep), "skl_knowledge_steps": episode.knowledge_steps, **extra,
+            sf.TOKEN_CREDIT: None, skl_fields.KEEP: bool(keep), skl_fields.KNOWLEDGE_STEPS: episode.knowledge_steps, **extra,
         }
         return self.to_output(episode, reward=self.shaped_reward(episode), fields=fields)
 
@@ -209,8 +207,8 @@ class SklSdAgentLoop(StatefulAgentLoop):
         parsed = self.knowledge_parser(self.tokenizer.decode(response_ids, skip_special_tokens=True))
         fields = {
             sf.TRAJECTORY_ID: trial, sf.SEQUENCE_ID: moves[t]["state_key"], sf.POSITION: t, sf.PHASE: "reflect",
-            sf.TOKEN_CREDIT: None, "skl_keep": False, "skl_reflect_error": parsed.error or "",
-            "skl_rollouts_used": len(rollouts),
+            sf.TOKEN_CREDIT: None, skl_fields.KEEP: False, skl_fields.REFLECT_ERROR: parsed.error or "",
+            skl_fields.ROLLOUTS_USED: len(rollouts),
         }
         versions = self.weight_version_fields(weight_versions(output))
         sample = single_turn_output(prompt_ids, response_ids, 0.0, fields, output.log_probs, versions)

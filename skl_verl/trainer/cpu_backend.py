@@ -319,7 +319,7 @@ def _value_models_with_sdpa() -> None:
 
 def _reference_models_unpinned() -> None:
     """verl shards a forward-only model (the reference policy) with ``CPUOffloadPolicy(pin_memory=True)``;
-    pinning needs an accelerator, so CPU runs (Knowledge Weaver's KL term) shard it unpinned."""
+    pinning needs an accelerator, so CPU runs (a recipe's KL term in the advantage) shard it unpinned."""
     from torch.distributed.fsdp import CPUOffloadPolicy
     from verl.workers.engine.fsdp import transformer_impl
 

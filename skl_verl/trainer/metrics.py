@@ -6,7 +6,8 @@ import numpy as np
 import torch
 from verl import DataProto
 
-from skl_verl.trainer import sample_fields as sf
+from skl_verl.rollout import sample_fields as sf
+from skl_verl.trainer.registry import EPISODE_METRICS
 
 
 def loss_term_metrics(data: DataProto) -> dict[str, float]:
@@ -31,8 +32,8 @@ def loss_term_metrics(data: DataProto) -> dict[str, float]:
 
 
 def episode_metrics(non_tensor_batch: dict[str, np.ndarray]) -> dict[str, float]:
-    """Per-episode env metrics our loops attach, reduced for verl's tracking (console, tensorboard).
-    In step mode every step sample repeats its episode's fields: only each episode's first step counts."""
+    """Per-episode env metrics our loops attach, reduced for verl's tracking (console, tensorboard), and
+    each recipe's registered episode metrics (``registry.register_episode_metrics``). In step mode every step sample repeats its episode's fields: only each episode's first step counts."""
     metrics: dict[str, float] = {}
     steps = non_tensor_batch.get(sf.STEP_INDEX)
     if steps is not None and any(step is not None for step in steps):
@@ -40,21 +41,20 @@ def episode_metrics(non_tensor_batch: dict[str, np.ndarray]) -> dict[str, float]
         metrics["env/samples_per_episode"] = len(steps) / max(int(first.sum()), 1)
         non_tensor_batch = {key: np.asarray(values)[first] for key, values in non_tensor_batch.items()}
     for key, label in (
-        ("skl_won", "success_rate"),
+        (sf.WON, "success_rate"),
         (sf.EPISODE_REWARD, "episode_reward/mean"),
-        ("skl_turns", "turns/mean"),
-        ("skl_invalid_format_turns", "invalid_format_turns/mean"),
-        ("skl_invalid_action_turns", "invalid_action_turns/mean"),
-        ("skl_truncated", "truncated_rate"),
-        ("skl_simulated_steps", "simulated_steps/mean"),  # SKL-RL: simulated env steps per episode
+        (sf.TURNS, "turns/mean"),
+        (sf.INVALID_FORMAT_TURNS, "invalid_format_turns/mean"),
+        (sf.INVALID_ACTION_TURNS, "invalid_action_turns/mean"),
+        (sf.TRUNCATED, "truncated_rate"),
     ):
         if key in non_tensor_batch:
             values = np.asarray([v for v in non_tensor_batch[key] if v is not None], dtype=np.float64)
             if values.size:
                 metrics[f"env/{label}"] = float(values.mean())
-    if "skl_failed" in non_tensor_batch:
-        metrics["env/failed_samples"] = float(sum(bool(v) for v in non_tensor_batch["skl_failed"]))
-    phases, positions, won = (non_tensor_batch.get(k) for k in (sf.PHASE, sf.POSITION, "skl_won"))
+    if sf.FAILED in non_tensor_batch:
+        metrics["env/failed_samples"] = float(sum(bool(v) for v in non_tensor_batch[sf.FAILED]))
+    phases, positions, won = (non_tensor_batch.get(k) for k in (sf.PHASE, sf.POSITION, sf.WON))
     if phases is not None and positions is not None and won is not None and len(set(positions)) > 1:
         by_slot: dict[tuple[str, int], list[float]] = {}
         for phase, position, w in zip(phases, positions, won):
@@ -62,10 +62,6 @@ def episode_metrics(non_tensor_batch: dict[str, np.ndarray]) -> dict[str, float]
                 by_slot.setdefault((phase, int(position)), []).append(float(w))
         for (phase, position), values in sorted(by_slot.items()):
             metrics[f"env/{phase}_success_rate@{position}"] = float(np.mean(values))
-    if "skl_curate_error" in non_tensor_batch and phases is not None:
-        errors = [bool(e) for e, p in zip(non_tensor_batch["skl_curate_error"], phases) if p == "curate"]
-        if errors:
-            metrics["curate/error_rate"] = float(np.mean(errors))
-            words = [w for w, p in zip(non_tensor_batch["skl_document_words"], phases) if p == "curate"]
-            metrics["curate/document_words/mean"] = float(np.mean(words))
+    for recipe_metrics in EPISODE_METRICS.values():
+        metrics.update(recipe_metrics(non_tensor_batch))
     return metrics

@@ -7,13 +7,20 @@ import torch
 from verl import DataProto
 from verl.trainer.ppo import core_algos
 
-from skl_verl.trainer.estimators import SAMPLE_FIELDS_ATTR, TERM_WEIGHT_FNS, compute_advantage, set_token_level_scores
+from skl_verl.trainer.estimators import compute_advantage, set_token_level_scores
 from skl_verl.trainer.metrics import episode_metrics, loss_term_metrics
-from skl_verl.trainer.step_hooks import run_step_hooks
+from skl_verl.trainer.registry import SAMPLE_FIELDS_ATTR, TERM_WEIGHT_FNS, run_step_hooks
+
+
+_REGISTERED = False
 
 
 def register_sync_trainer() -> None:
-    """Register ``skl_sync`` in verl's v1 trainer registry (imports Ray and TransferQueue)."""
+    """Register ``skl_sync`` in verl's v1 trainer registry (imports Ray and TransferQueue), once per process."""
+    global _REGISTERED
+    if _REGISTERED:
+        return
+    _REGISTERED = True
     from tensordict import TensorDict
     from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_add_to_batch
     from verl.trainer.ppo.v1 import PPOTrainerSync, register_trainer
@@ -23,7 +30,7 @@ def register_sync_trainer() -> None:
     @register_trainer("skl_sync")
     class SklPPOTrainerSync(PPOTrainerSync):
         """verl's synchronous trainer, changed only in the advantage step: it logs our per-episode
-        ``env/*`` metrics, runs the recipes' step hooks (``step_hooks``), and estimators flagged
+        ``env/*`` metrics, runs the recipes' step hooks (``registry.register_step_hook``), and estimators flagged
         ``wants_sample_fields`` get our per-sample fields (and old/reference log-probs), with verl's
         padding rows left out of estimators and metrics and ``rm_scores`` set to each sample's own score (verl gives every output of a multi-output loop
         the last one's reward, which its score/reward metrics would report)."""
@@ -77,7 +84,7 @@ def register_sync_trainer() -> None:
                 if "rollout_is_weights" in rows.batch.keys():
                     written.append("rollout_is_weights")
             # A policy loss that needs per-token data verl does not pass it (SKL-SD Eq. 1's terms)
-            # gets it encoded in rollout_is_weights (estimators.register_term_weights).
+            # gets it encoded in rollout_is_weights (registry.register_term_weights).
             term_weights = TERM_WEIGHT_FNS.get(self.config.actor_rollout_ref.actor.policy_loss.get("loss_mode", "vanilla"))
             if term_weights is not None:
                 is_weights = rows.batch["rollout_is_weights"] if "rollout_is_weights" in rows.batch.keys() else None

@@ -19,8 +19,7 @@ from skl_verl.knowledge_weaver import build, hook, loop
 from skl_verl.knowledge_weaver.settings import kw_settings
 from skl_verl.knowledge_weaver.state import BankStore
 from skl_verl.rollout.hf_client import HFGenerationClient
-from skl_verl.rollout.inprocess_rollout import ROLLOUT_OVERRIDES, AgentRollout
-from skl_verl.trainer.registration import AGENT_LOOP_CONFIG
+from skl_verl.trainer.inprocess_rollout import ROLLOUT_OVERRIDES, AgentRollout
 
 RECIPE_CONFIG = Path(__file__).resolve().parents[2] / "recipes" / "knowledge_weaver" / "config"
 LAKES = "{maps:[[SF,FG],[SH,FG]],slip:[0.0,0.0],max_steps:4}"
@@ -32,7 +31,6 @@ def kw_overrides(tmp_path, model_dir, data_file):
     return [
         *ROLLOUT_OVERRIDES,
         "actor_rollout_ref.rollout.agent.default_agent_loop=kw_curator",
-        f"actor_rollout_ref.rollout.agent.agent_loop_config_path={AGENT_LOOP_CONFIG}",
         f"actor_rollout_ref.model.path={model_dir}",
         f"data.train_files={data_file}", f"data.val_files={data_file}",
         "data.train_batch_size=2", "data.max_prompt_length=4096", "data.max_response_length=32",

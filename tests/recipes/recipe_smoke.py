@@ -30,12 +30,16 @@ def smoke_agent_loops(out_dir: Path) -> Path:
     one loop option a smoke changes; everything else is the recipe's own)."""
     from omegaconf import OmegaConf
 
-    from skl_verl.trainer.registration import AGENT_LOOP_CONFIG
+    from loop_helpers import packaged_loops
 
-    entries = OmegaConf.to_container(OmegaConf.load(AGENT_LOOP_CONFIG))
+    from skl_verl.options import declared_options
+    from skl_verl.trainer.loop_checks import loop_class
+
+    entries = OmegaConf.to_container(packaged_loops())
     for entry in entries:
-        if "max_turns" in entry:
-            entry["max_turns"] = min(int(entry["max_turns"]), SMOKE_MAX_TURNS)
+        options = declared_options(loop_class(entry["_target_"]))
+        if "max_turns" in options:
+            entry["max_turns"] = min(int(entry.get("max_turns", options["max_turns"].default)), SMOKE_MAX_TURNS)
     path = out_dir / "smoke_agent_loops.yaml"
     OmegaConf.save(OmegaConf.create(entries), path)
     return path

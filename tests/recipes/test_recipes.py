@@ -159,7 +159,7 @@ def test_ppo_baseline_trains_a_critic(env):
     [
         ("algorithm.adv_estimator=skilrise", "not registered"),
         ("actor_rollout_ref.rollout.agent.default_agent_loop=skl_env", "needs a skillrise agent loop"),
-        ("actor_rollout_ref.rollout.agent.default_agent_loop=nope", "is not in"),
+        ("actor_rollout_ref.rollout.agent.default_agent_loop=nope", "is not an agent loop of the registered recipes"),
         ("algorithm.skillrise.gamma=1.5", "gamma"),
         ("trainer.v1.trainer_mode=separate_async", "skl_sync"),
         ("actor_rollout_ref.actor.policy_loss.loss_mode=clip_nll", "not registered"),
@@ -189,9 +189,11 @@ SKL_RL = ROOT / "recipes" / "skl_rl"
 
 
 def agent_loop_entry(name):
-    from skl_verl.trainer.registration import AGENT_LOOP_CONFIG
+    """The registered loop ``name`` with every option it runs with (declared defaults filled in)."""
+    from skl_verl.trainer.loop_checks import loop_settings
+    from skl_verl.trainer.registry import AGENT_LOOPS
 
-    return {entry.name: entry for entry in OmegaConf.load(AGENT_LOOP_CONFIG)}[name]
+    return OmegaConf.create({"name": name, **loop_settings(AGENT_LOOPS[name])})
 
 
 @pytest.mark.parametrize("name", ["skl_sd_webshop", "skl_sd_sciworld"])

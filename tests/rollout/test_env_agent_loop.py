@@ -5,7 +5,7 @@ import json
 import pytest
 
 from envs import ENV_CLASSES
-from skl_verl.trainer import sample_fields as sf
+from skl_verl.rollout import sample_fields as sf
 from skl_verl.rollout.data import env_rows
 from loop_helpers import loop_options_override, rollout
 

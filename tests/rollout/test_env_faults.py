@@ -9,8 +9,8 @@ from verl.workers.rollout.replica import TokenOutput
 
 from envs import ENV_CLASSES
 from skl_verl.rollout.data import env_rows, write_parquet
-from skl_verl.rollout.inprocess_rollout import AgentRollout, compose_config
-from skl_verl.trainer.registration import AGENT_LOOP_CONFIG
+from skl_verl.trainer.inprocess_rollout import AgentRollout, compose_config
+from loop_helpers import packaged_loops
 
 LAKE = {"maps": [["SFF", "FHF", "FFG"]], "slip": [0.0, 0.0], "max_steps": 10}
 KINDS = ("raise", "hang", "bad_result", "system_exit", "process_exit")
@@ -75,7 +75,7 @@ def rows(faulty: bool, once_dir):
 def play(tmp_path, model_dir, faulty):
     from transformers import AutoTokenizer
 
-    loops = OmegaConf.to_container(OmegaConf.load(AGENT_LOOP_CONFIG))
+    loops = OmegaConf.to_container(packaged_loops())
     for entry in loops:
         if entry["name"] in ("skl_env", "skl_stateful", "skl_rl"):
             entry["env_step_timeout_s"] = 2.0

@@ -3,7 +3,7 @@
 
 import pytest
 
-from skl_verl.trainer import sample_fields as sf
+from skl_verl.rollout import sample_fields as sf
 from loop_helpers import ENV_KWARGS, loop_options_override, rollout
 
 WIN = ["<action>right</action>", "<action>right</action>", "<action>down</action>", "<action>down</action>"]

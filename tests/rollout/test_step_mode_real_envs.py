@@ -7,7 +7,7 @@ import shutil
 import pytest
 
 from skl_verl.rollout.data import env_rows
-from skl_verl.trainer import sample_fields as sf
+from skl_verl.rollout import sample_fields as sf
 from alfworld_games import load_generator
 from loop_helpers import loop_options_override, rollout
 

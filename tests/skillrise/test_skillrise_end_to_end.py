@@ -9,7 +9,7 @@ from transformers import AutoTokenizer
 from verl.workers.rollout.replica import TokenOutput
 
 from envs import make_env
-from skl_verl.rollout.inprocess_rollout import AgentRollout, compose_config
+from skl_verl.trainer.inprocess_rollout import AgentRollout, compose_config
 from skl_verl.skillrise.build_dataset import sequence_rows
 from skl_verl.skillrise.prompts import EMPTY_DOCUMENT
 from skl_verl.skillrise.sequences import build_sequences
@@ -133,13 +133,13 @@ def play_attempts(tmp_path, model_dir, loop_name, overrides=()):
     from omegaconf import OmegaConf
 
     from skl_verl.skillrise.sequences import retry_sequences
-    from skl_verl.trainer.registration import AGENT_LOOP_CONFIG
+    from loop_helpers import packaged_loops
 
     env = make_env("frozenlake", **ENV_KWARGS)
     task = env.tasks()[0]
     rows = sequence_rows("frozenlake", ENV_KWARGS, retry_sequences([task], 3))
     train = write_parquet(rows, tmp_path / "attempts.parquet")
-    loops = OmegaConf.load(AGENT_LOOP_CONFIG)
+    loops = packaged_loops()
     (entry,) = [entry for entry in loops if entry.name == loop_name]
     entry.sample_granularity, entry.reward_fn = "episode", "env_return"  # FrozenLake: one sample per attempt, reward 1
     OmegaConf.save(loops, tmp_path / "loops.yaml")

@@ -8,7 +8,7 @@ import torch
 from verl.trainer.ppo.core_algos import get_adv_estimator_fn
 
 import skl_verl
-from skl_verl.trainer import sample_fields as sf
+from skl_verl.rollout import sample_fields as sf
 from skl_verl.trainer.group_advantage import group_codes, group_relative_advantages
 from skl_verl.skillrise.credit import skillrise_returns
 

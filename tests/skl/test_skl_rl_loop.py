@@ -47,7 +47,7 @@ def play(tmp_path, model_dir, agent_name, monkeypatch, **loop_options):
     """One episode of ``agent_name`` (its agent-loop entry updated with ``loop_options``)."""
     from omegaconf import OmegaConf
 
-    from skl_verl.trainer.registration import AGENT_LOOP_CONFIG
+    from loop_helpers import packaged_loops
 
     policies = []
 
@@ -55,7 +55,7 @@ def play(tmp_path, model_dir, agent_name, monkeypatch, **loop_options):
         policies.append(ThreeStagePolicy(tokenizer))
         return policies[-1]
 
-    loops = OmegaConf.load(AGENT_LOOP_CONFIG)
+    loops = packaged_loops()
     for entry in loops:
         if entry.name == agent_name:
             entry.update(loop_options)
@@ -141,11 +141,11 @@ def test_chess_turns_and_branches_show_at_most_30_unmarked_moves(tmp_path, tiny_
     moves, no mark) and no second, full "Admissible actions" list."""
     from omegaconf import OmegaConf
 
-    from skl_verl.trainer.registration import AGENT_LOOP_CONFIG
+    from loop_helpers import packaged_loops
 
     policies = []
     monkeypatch.setattr(loop_helpers, "ScriptedClient", lambda tokenizer, replies: policies.append(ChessListReader(tokenizer)) or policies[-1])
-    loops = OmegaConf.load(AGENT_LOOP_CONFIG)
+    loops = packaged_loops()
     for entry in loops:
         if entry.name == "skl_rl":
             entry.update({"simulations": 1, "horizon": 2, "max_turns": 2})
@@ -187,10 +187,10 @@ def skl_rl_rollout(tmp_path, model_dir, distill_coef, **loop_options):
     from transformers import AutoTokenizer
 
     from skl_verl.rollout.data import write_parquet
-    from skl_verl.rollout.inprocess_rollout import AgentRollout, compose_config
-    from skl_verl.trainer.registration import AGENT_LOOP_CONFIG
+    from skl_verl.trainer.inprocess_rollout import AgentRollout, compose_config
+    from loop_helpers import packaged_loops
 
-    loops = OmegaConf.load(AGENT_LOOP_CONFIG)
+    loops = packaged_loops()
     for entry in loops:
         if entry.name == "skl_rl":
             entry.update(loop_options)

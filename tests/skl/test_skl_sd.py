@@ -10,10 +10,10 @@ from transformers import AutoTokenizer
 from verl.workers.rollout.replica import TokenOutput
 
 from skl_verl.skl.sd_loop import bootstrap_indices
-from skl_verl.rollout.inprocess_rollout import AgentRollout, compose_config
+from skl_verl.trainer.inprocess_rollout import AgentRollout, compose_config
 from skl_verl.rollout.data import env_rows, write_parquet
 from skl_verl.skl.losses import skl_sd_weights
-from skl_verl.trainer.registration import AGENT_LOOP_CONFIG
+from loop_helpers import packaged_loops
 from loop_helpers import advantage_step
 
 MAP = ["SFF", "FHF", "FFG"]
@@ -65,7 +65,7 @@ def play(tmp_path, model_dir, monkeypatch, retry_follows_refined, env_kwargs=ENV
 def sd_rollout(tmp_path, model_dir, monkeypatch, retry_follows_refined, env_kwargs=ENV_KWARGS, objective="weighted_nll",
                fraction=1.0, horizon=1, overrides=(), policy_class=None, **policy_options):
     monkeypatch.setenv("TENSORBOARD_DIR", str(tmp_path / "tb"))
-    loops = OmegaConf.load(AGENT_LOOP_CONFIG)
+    loops = packaged_loops()
     for entry in loops:
         if entry.name == "skl_sd":
             entry.bootstrap_fraction, entry.horizon, entry.rollouts_per_state = fraction, horizon, 3

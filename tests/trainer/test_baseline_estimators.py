@@ -6,8 +6,8 @@ import pytest
 import torch
 from verl.trainer.ppo import core_algos
 
-from skl_verl.trainer import sample_fields as sf
-from skl_verl.trainer.estimators import grouped_rloo_estimator, step_gae_estimator
+from skl_verl.rollout import sample_fields as sf
+from verl.trainer.ppo.core_algos import get_adv_estimator_fn
 from skl_verl.trainer.group_advantage import leave_one_out_advantages
 
 TOKENS = 3
@@ -48,7 +48,7 @@ def test_rloo_counts_trials_not_steps_and_charges_each_step_its_own_penalty():
         ("B", "b1", 4.0, 0.0), ("B", "b2", 2.0, 0.0),
     ]
     rewards, mask, fields = step_batch(steps)
-    advantages, _ = grouped_rloo_estimator(rewards, mask, config={}, sample_fields=fields)
+    advantages, _ = get_adv_estimator_fn("skl_rloo")(rewards, mask, config={}, sample_fields=fields)
     # a1: 10 - (0 + 0) / 2 = 10; a2, a3: 0 - (10 + 0) / 2 = -5; b1: 4 - 2; b2: 2 - 4.
     expected = [10.0, 9.5, 10.0, -5.0, -5.5, 2.0, -2.0]
     assert advantages[:, 0].tolist() == pytest.approx(expected)
@@ -60,7 +60,7 @@ def test_gae_without_penalties_is_verls_gae():
     mask[2, 0] = 0  # a shorter response
     values = torch.tensor([[1.0, 2.0, 3.0], [0.5, 0.5, 4.0], [0.0, 1.0, -1.0]])
     algorithm = {"gamma": 0.9, "lam": 0.8}
-    ours = step_gae_estimator(rewards, mask, config=algorithm, sample_fields=fields, values=values)
+    ours = get_adv_estimator_fn("skl_gae")(rewards, mask, config=algorithm, sample_fields=fields, values=values)
     verls = core_algos.compute_gae_advantage_return(rewards, values, mask, gamma=0.9, lam=0.8)
     for a, b in zip(ours, verls):
         assert torch.allclose(a, b)
@@ -71,7 +71,7 @@ def test_gae_puts_each_steps_own_reward_on_its_last_token_by_hand():
     mask[1, 2] = 0  # the second sample's last policy token is its second
     values = torch.tensor([[1.0, 2.0, 3.0], [4.0, 6.0, 0.0]])
     rewards[1] = torch.tensor([0.0, 10.0, 0.0])  # the score sits on the last policy token
-    advantages, returns = step_gae_estimator(rewards, mask, sample_fields=fields, values=values,
+    advantages, returns = get_adv_estimator_fn("skl_gae")(rewards, mask, sample_fields=fields, values=values,
                                              config={"gamma": 1.0, "lam": 1.0})
     # gamma = lam = 1: the return of every token is the sample's reward, the advantage reward - V,
     # then whitened over the batch's policy tokens (verl's masked_whiten, unbiased variance).
@@ -84,4 +84,4 @@ def test_gae_puts_each_steps_own_reward_on_its_last_token_by_hand():
 def test_gae_without_the_critic_is_refused():
     rewards, mask, fields = step_batch([("A", "a1", 1.0, 0.0)])
     with pytest.raises(ValueError, match="critic.enable"):
-        step_gae_estimator(rewards, mask, config={}, sample_fields=fields)
+        get_adv_estimator_fn("skl_gae")(rewards, mask, config={}, sample_fields=fields)

@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 
 from skl_verl.trainer import config_checks
 from skl_verl.trainer.entry import ConfigError, main
-from skl_verl.trainer.registration import AGENT_LOOP_CONFIG
+from loop_helpers import packaged_loops
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPES = ROOT / "recipes"
@@ -40,7 +40,7 @@ def dry_run(recipe, config_name, overrides, workdir):
 
 
 def loop_yaml(tmp_path, name, **options):
-    loops = OmegaConf.load(AGENT_LOOP_CONFIG)
+    loops = packaged_loops()
     for entry in loops:
         if entry.name == name:
             entry.update(options)
@@ -97,10 +97,13 @@ def test_good_recipes_pass_every_check(tmp_path):
 
 
 def test_estimators_read_their_options_through_the_same_checks():
-    assert config_checks.estimator_options({"skillrise": {"gamma": 0.8}}, "skillrise") == {
-        "gamma": 0.8, "norm": "std", "curate_weight": 1.0, "eps": 1e-6, "solve_return": "task"}
+    from skl_verl.skillrise.credit import SkillRiseCreditOptions
+    from skl_verl.trainer.registry import estimator_options
+
+    assert estimator_options({"skillrise": {"gamma": 0.8}}, "skillrise") == SkillRiseCreditOptions(
+        gamma=0.8, norm="std", curate_weight=1.0, eps=1e-6, solve_return="task")
     with pytest.raises(ConfigError, match="algorithm.skl_sd.lambda_reflect is -0.5"):
-        config_checks.estimator_options({"skl_sd": {"lambda_reflect": -0.5}}, "skl_sd")
+        estimator_options({"skl_sd": {"lambda_reflect": -0.5}}, "skl_sd")
 
 
 def run_script(script, env_vars, *args):
@@ -140,11 +143,29 @@ def test_unreachable_webshop_warns_in_a_dry_run_and_stops_a_real_run(tmp_path, m
     assert f"warning: WEBSHOP_URL={closed_port} is not reachable" in capsys.readouterr().err
 
 
-def test_every_option_of_our_agent_loops_has_a_checked_entry():
-    targets = {str(entry._target_) for entry in OmegaConf.load(AGENT_LOOP_CONFIG)}
-    for target in targets:
-        unchecked = config_checks._loop_option_names(target) - set(config_checks.LOOP_OPTIONS) - {"parser"}
-        assert not unchecked, f"{target}: options {sorted(unchecked)} have no entry in LOOP_OPTIONS"
+def test_every_option_of_our_agent_loops_is_declared_with_a_type_default_and_range():
+    """Each keyword option of a registered loop's constructor (and its bases') is a declared option whose
+    default passes its own check, and no registered entry restates a default."""
+    import inspect
+
+    from skl_verl.options import declared_options
+    from skl_verl.trainer.loop_checks import loop_class
+    from skl_verl.trainer.registry import AGENT_LOOPS
+
+    for name, entry in AGENT_LOOPS.items():
+        cls = loop_class(entry["_target_"])
+        declared = declared_options(cls)
+        for klass in inspect.getmro(cls):
+            init = vars(klass).get("__init__")
+            if init is None or not klass.__module__.startswith("skl_verl."):
+                continue
+            keywords = {p.name for p in inspect.signature(inspect.unwrap(init)).parameters.values()
+                        if p.kind is inspect.Parameter.KEYWORD_ONLY}
+            assert keywords - {"parser"} <= set(declared), f"{klass.__name__}: {sorted(keywords - set(declared))} undeclared"
+        for key, option in declared.items():
+            assert option.problem(option.default) is None, f"{cls.__name__}.{key}: default {option.default!r} fails its check"
+        restated = {k for k, v in entry.items() if k in declared and v == declared[k].default}
+        assert not restated, f"agent loop {name!r} restates the defaults of {sorted(restated)}"
 
 
 def composed(recipe, config_name, overrides=()):
@@ -175,3 +196,22 @@ def test_a_loop_that_does_not_rescore_may_cap_max_model_len():
     """verl clamps a generation's max_tokens to what max_model_len leaves; only a rescoring needs the whole length."""
     config = composed("skillrise", "skillrise_alfworld", ["actor_rollout_ref.rollout.max_model_len=4096"])
     assert config.actor_rollout_ref.rollout.max_model_len == 4096
+
+
+def test_no_recipe_config_restates_an_estimator_default():
+    """An estimator option is stated once, with its default, where it is declared; a config states only what
+    it changes (so following an option from the YAML leads to one place: its declaration and equation)."""
+    from omegaconf import DictConfig
+
+    from skl_verl.options import declared_options
+    from skl_verl.trainer.registry import ESTIMATORS
+
+    root = Path(__file__).resolve().parents[2]
+    for path in sorted([*root.glob("recipes/*/config/**/*.yaml"), *root.glob("examples/**/*.yaml")]):
+        config = OmegaConf.load(path)
+        algorithm = (config.get("algorithm") or {}) if isinstance(config, DictConfig) else {}
+        for name, spec in ESTIMATORS.items():
+            section = algorithm.get(name) or {}
+            declared = declared_options(spec.options) if spec.options else {}
+            restated = sorted(k for k, v in section.items() if k in declared and v == declared[k].default)
+            assert not restated, f"{path.relative_to(root)}: algorithm.{name} restates the defaults of {restated}"

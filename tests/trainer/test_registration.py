@@ -9,15 +9,15 @@ from verl.trainer.ppo import core_algos
 import skl_verl
 from skl_verl.skillrise.credit import skillrise_estimator
 from skl_verl.skl.losses import weighted_nll_policy_loss
-from skl_verl.trainer.estimators import SAMPLE_FIELDS_ATTR, grouped_grpo_estimator
-from skl_verl.trainer.registration import AGENT_LOOP_CONFIG
+from skl_verl.trainer.estimators import grouped_grpo_estimator
+from skl_verl.trainer.registry import AGENT_LOOPS, SAMPLE_FIELDS_ATTR
 from skl_verl.rollout.env_loop import EnvAgentLoop
 
 
 def test_estimators_resolve_through_verl():
     skl_verl.register(with_trainer=False)
-    assert core_algos.get_adv_estimator_fn("skillrise") is skillrise_estimator
-    assert core_algos.get_adv_estimator_fn("skl_grpo") is grouped_grpo_estimator
+    assert core_algos.get_adv_estimator_fn("skillrise").__wrapped__ is skillrise_estimator
+    assert core_algos.get_adv_estimator_fn("skl_grpo").__wrapped__ is grouped_grpo_estimator
     assert getattr(core_algos.get_adv_estimator_fn("skillrise"), SAMPLE_FIELDS_ATTR)
     # verl's own estimators are untouched.
     assert core_algos.get_adv_estimator_fn("grpo") is core_algos.compute_grpo_outcome_advantage
@@ -42,13 +42,12 @@ def test_policy_loss_resolves_through_verl_and_is_weighted_nll():
     assert metrics["actor/weighted_nll_token_frac"] == 1.0
 
 
-def test_agent_loop_resolves_through_verl_registry_and_yaml():
+def test_agent_loops_resolve_through_verls_registry_with_their_options():
     skl_verl.register(with_trainer=False)
-    # The decorator entry, or the YAML entry once a worker has loaded the YAML: same class either way.
-    assert _agent_loop_registry["skl_env"]["_target_"] == "skl_verl.rollout.env_loop.EnvAgentLoop"
-    entries = OmegaConf.load(AGENT_LOOP_CONFIG)
-    by_name = {entry.name: entry for entry in entries}
-    assert hydra.utils.get_class(by_name["skl_env"]._target_) is EnvAgentLoop
+    # What a Ray agent-loop worker instantiates a dataset row's agent_name from (its setup hook registers).
+    assert hydra.utils.get_class(_agent_loop_registry["skl_env"]["_target_"]) is EnvAgentLoop
+    assert _agent_loop_registry["skillrise_alfworld"] == AGENT_LOOPS["skillrise_alfworld"]
+    assert _agent_loop_registry["skillrise_alfworld"]["step_history"] == 15
 
 
 def test_trainer_registered_with_verl_v1():

@@ -9,7 +9,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from skl_verl.trainer import sample_fields as sf
+from skl_verl.rollout import sample_fields as sf
 
 ray = pytest.importorskip("ray")
 tq = pytest.importorskip("transfer_queue")

@@ -1,7 +1,8 @@
-"""Per-sample fields that our agent loops attach and our estimators/losses read.
+"""Per-sample fields that every agent loop of ours attaches and estimators, losses and metrics read.
 
-verl carries an agent loop's ``extra_fields`` into the batch's ``non_tensor_batch`` one
-array per key; these names are the contract between the two sides. Keep them here, once.
+verl carries an agent loop's ``extra_fields`` into the batch's ``non_tensor_batch`` one array per key;
+these names are the contract between the two sides, declared here once. A recipe's own fields are
+declared in its package (``fields.py``), with the ``skl_`` prefix the trainer forwards.
 """
 
 from __future__ import annotations
@@ -19,8 +20,6 @@ TOKEN_CREDIT = "skl_token_credit"
 SCORE = "skl_score"
 """The sample's own scalar score (env return minus penalties). verl's v1 worker overwrites every
 output's reward with the last output's when a loop returns several, so estimators read this."""
-KEEP = "skl_keep"
-"""SKL-SD: whether the sample is in the trained set (D_base, D_distill, D_reflect) of Eq. 1."""
 EPISODE_REWARD = "skl_episode_reward"
 """The env's return for the episode before format penalties."""
 STEP_INDEX = "skl_step_index"
@@ -39,4 +38,12 @@ of the return and success after the step minus before it): the env's own reward 
 ``env_return``, ``reward_scale`` on the winning step under ``scaled_success``. A trial's step
 rewards sum to its score; all 0 when the trial failed."""
 
-ESTIMATOR_FIELDS = (TRAJECTORY_ID, SEQUENCE_ID, POSITION, PHASE, TOKEN_CREDIT)
+WON = "skl_won"
+"""Whether the episode reached the env's goal."""
+TURNS = "skl_turns"
+INVALID_FORMAT_TURNS = "skl_invalid_format_turns"
+INVALID_ACTION_TURNS = "skl_invalid_action_turns"
+TRUNCATED = "skl_truncated"
+"""The episode hit the turn cap or the context length before the env ended it."""
+FAILED = "skl_failed"
+"""Why the sample's env failed ("" when it did not): the sample is kept, flagged, and trains nothing."""

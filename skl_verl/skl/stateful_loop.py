@@ -18,13 +18,14 @@ the replay buffer and the knowledge table.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Annotated, Any
 
-from verl.experimental.agent_loop.agent_loop import register
 
+from skl_verl.options import AtLeast
 from skl_verl.rollout.env_loop import EnvAgentLoop, EpisodeResult, TurnContext, render_turn
 from skl_verl.rollout.parsing import TagActionParser
 from skl_verl.rollout.prompt_safety import encode_as_text
+from skl_verl.skl import fields as skl_fields
 
 KNOWLEDGE_QUESTION = (
     "Before acting, write your understanding of this state inside <knowledge>...</knowledge>: "
@@ -38,13 +39,13 @@ STATEFUL_SYSTEM = (
 )
 
 
-@register("skl_stateful")
 class StatefulAgentLoop(EnvAgentLoop):
-    def __init__(self, *args: Any, max_knowledge_words: int = 200, **kwargs: Any):
+    rescores_sequences = True
+    """Scores a teacher-forced turn on the rollout server (``generate`` with ``prompt_logprobs``)."""
+
+    def __init__(self, *args: Any, max_knowledge_words: Annotated[int, AtLeast(1)] = 200, **kwargs: Any):
         kwargs.setdefault("system_prompt", STATEFUL_SYSTEM)
         super().__init__(*args, **kwargs)
-        if max_knowledge_words <= 0:
-            raise ValueError("max_knowledge_words must be positive")
         if self.sample_granularity != "episode":
             raise ValueError("stateful loops (knowledge turn + action turn per step) play episode samples only: "
                              "set sample_granularity: episode")
@@ -61,7 +62,7 @@ class StatefulAgentLoop(EnvAgentLoop):
         return "retry" if self.prefilled else "act"
 
     def episode_fields(self, episode: EpisodeResult) -> dict[str, Any]:
-        return {"skl_knowledge_steps": episode.knowledge_steps}
+        return {skl_fields.KNOWLEDGE_STEPS: episode.knowledge_steps}
 
     def render_observation(self, observation: str, actions: list[str] | str) -> str:
         # The question is asked of every state; pre-filled states answer it in the action request.

@@ -75,12 +75,9 @@ def compose_config(overrides: list[str] | None = None) -> DictConfig:
     from hydra import compose, initialize_config_module
     from hydra.core.global_hydra import GlobalHydra
 
-    from skl_verl.trainer.registration import AGENT_LOOP_CONFIG
-
     GlobalHydra.instance().clear()
-    loops = [f"actor_rollout_ref.rollout.agent.agent_loop_config_path={AGENT_LOOP_CONFIG}"]
     with initialize_config_module(config_module="verl.trainer.config", version_base=None):
-        return compose(config_name="ppo_trainer", overrides=ROLLOUT_OVERRIDES + loops + list(overrides or []))
+        return compose(config_name="ppo_trainer", overrides=ROLLOUT_OVERRIDES + list(overrides or []))
 
 
 class AgentRollout:
@@ -90,9 +87,6 @@ class AgentRollout:
     def __init__(self, config: DictConfig, client: Any, tokenizer: Any, data_files: Any):
         from verl.utils.dataset.rl_dataset import RLHFDataset
 
-        import skl_verl
-
-        skl_verl.register(with_trainer=False)
         self.config = config
         self.worker = multi_output_agent_loop_worker()(config, llm_client=client)
         self.dataset = RLHFDataset(data_files=data_files, tokenizer=tokenizer, config=config.data, processor=None)

@@ -1,0 +1,31 @@
+"""The per-sample fields of a Knowledge Weaver curator sample (``skl_verl.rollout.sample_fields``'s contract):
+written by the curator loop, read by the estimator, the end-of-step hook and the metrics."""
+
+STEP = "skl_kw_step"
+"""The KW step j whose bank and pool the candidate was written against."""
+SLOT = "skl_kw_slot"
+"""The dataset row (context) within the step."""
+CANDIDATE = "skl_kw_candidate"
+"""A unique id of the candidate within the step; of two equal candidates the smaller id is admitted."""
+TASK_TYPE = "skl_kw_task_type"
+TYPES = "skl_kw_types"
+"""JSON list of every task type of the run (the update-type schedule draws from it)."""
+VALID = "skl_kw_valid"
+ERROR = "skl_kw_error"
+ENTRY = "skl_kw_entry"
+"""The candidate entry's body ("" when invalid)."""
+SR = "skl_kw_sr"
+"""Standalone success rate: the executor with the bank and this candidate."""
+MSR = "skl_kw_msr"
+"""Marginal success rate: SR minus the bank-only success rate."""
+BANK_ONLY_SR = "skl_kw_bank_only_sr"
+AUG_SR = "skl_kw_aug_sr"
+BANK_ONLY_RUNS = "skl_kw_bank_only_runs"
+EXECUTOR_EPISODES = "skl_kw_executor_episodes"
+RETRIEVED = "skl_kw_retrieved"
+MI_CREDIT = "skl_kw_mi_credit"
+MI_CLIP_FRAC = "skl_kw_mi_clip_frac"
+
+MEAN_METRICS = {SR: "sr", MSR: "msr", BANK_ONLY_SR: "bank_only_sr", AUG_SR: "aug_sr", RETRIEVED: "retrieved",
+                MI_CREDIT: "mi_credit", MI_CLIP_FRAC: "mi_clip_frac"}
+"""Fields logged as ``kw/<name>``, the mean over the step's samples that have them."""

@@ -1,0 +1,18 @@
+"""Registers SkillRise: estimator ``skillrise`` (Eqs. 6–7) for its solve/curate loop, the loops of
+``agent_loops.yaml`` (SkillRise, the LaMer and Pass@k baselines), and the curate metrics."""
+
+from pathlib import Path
+
+from skl_verl.rollout import sample_fields as sf
+from skl_verl.skillrise.credit import SkillRiseCreditOptions, skillrise_estimator
+from skl_verl.skillrise.fields import curate_metrics
+from skl_verl.skillrise.loop import SkillRiseAgentLoop
+from skl_verl.trainer import registry
+from skl_verl.trainer.estimators import TRIAL_FIELDS
+
+
+def register() -> None:
+    registry.register_estimator("skillrise", skillrise_estimator, options=SkillRiseCreditOptions,
+                                required_fields=TRIAL_FIELDS, loop=SkillRiseAgentLoop)
+    registry.register_agent_loops(Path(__file__).with_name("agent_loops.yaml"))
+    registry.register_episode_metrics("skillrise", curate_metrics)

@@ -1,0 +1,25 @@
+"""The per-sample fields SKL's loops attach (``skl_verl.rollout.sample_fields``'s contract), read by its
+estimators, losses and metrics."""
+
+KEEP = "skl_keep"
+"""SKL-SD: whether the sample is in the trained set (D_base, D_distill, D_reflect) of Eq. 1."""
+KNOWLEDGE_STEPS = "skl_knowledge_steps"
+"""One record per env step of a stateful episode: state key, knowledge z (and refined ẑ), whether it was
+pre-filled, the token span of z, and the transition the action made."""
+BOOTSTRAP_ORDER = "skl_bootstrap_order"
+PREFILLED_STATES = "skl_prefilled_states"
+REFLECT_ERROR = "skl_reflect_error"
+ROLLOUTS_USED = "skl_rollouts_used"
+Z_SPAN = "skl_z_span"
+"""SKL-RL reverse-KL probe: [start, end) of the student's z tokens in its trace's response."""
+DISTILL_STATE = "skl_distill_state"
+DISTILL_PAIRS = "skl_distill_pairs"
+SIMULATED_STEPS = "skl_simulated_steps"
+"""SKL-RL: simulated env steps of the episode (N×H per real step at most)."""
+ROOT_CANDIDATES = "skl_root_candidates"
+
+
+def simulation_metrics(fields):
+    """``env/simulated_steps/mean``: SKL-RL's simulated env steps per episode."""
+    values = [float(v) for v in fields.get(SIMULATED_STEPS, ()) if v is not None]
+    return {"env/simulated_steps/mean": sum(values) / len(values)} if values else {}

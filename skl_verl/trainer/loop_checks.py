@@ -1,0 +1,91 @@
+"""Agent-loop entries checked against their class's declared options, and what rescoring loops need.
+
+A loop's options are the keyword-only parameters of its ``__init__`` (and its bases'), annotated with their
+ranges (``skl_verl.options``); an entry's keys other than ``_target_`` are passed to it by hydra.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from omegaconf import DictConfig
+
+from skl_verl.options import ConfigError, DeclaredOptions, declared_options, option_error, unknown_option_error
+
+
+def loop_class(target: str) -> type | None:
+    """The class an entry's ``_target_`` names; None when it cannot be imported."""
+    from hydra.utils import get_class
+
+    try:
+        return get_class(target)
+    except Exception:  # noqa: BLE001 - reported by the caller with the key named
+        return None
+
+
+def check_loop_entry(prefix: str, entry: Mapping[str, Any]) -> None:
+    """One agent-loop entry (``_target_`` and options): every option known to the class and in range, the
+    parser buildable. Raises ``ConfigError`` naming the entry and key."""
+    from skl_verl.rollout.parsing import build_parser
+
+    target = str(entry.get("_target_", ""))
+    cls = loop_class(target)
+    if cls is None:
+        raise ConfigError(f"{prefix}: _target_ {target!r} cannot be imported; fix the class path")
+    if not issubclass(cls, DeclaredOptions):
+        return  # a loop of verl's own or another plugin's, built on verl's base: its options are its own business
+    schema = declared_options(cls)
+    options = {k: v for k, v in entry.items() if k not in ("name", "_target_")}
+    parser = options.pop("parser", None)
+    for key, value in options.items():
+        if key not in schema:
+            raise unknown_option_error(prefix, key, list(schema) + ["parser"])
+        problem = schema[key].problem(value)
+        if problem:
+            raise option_error(f"{prefix}.{key}", schema[key], problem)
+    try:
+        build_parser(parser)
+    except (ValueError, ImportError, AttributeError) as exc:
+        raise ConfigError(f"{prefix}.parser: {exc}") from exc
+
+
+def check_rescoring_room(config: DictConfig, entries: Mapping[str, Mapping[str, Any]]) -> None:
+    """A loop that rescores (class attribute ``rescores_sequences``) sends prompts of up to
+    data.max_prompt_length + data.max_response_length tokens with max_tokens=1; verl's vLLM server refuses a
+    prompt that leaves no token of headroom under rollout.max_model_len (vllm_async_server.py, "leaves no room
+    to generate"), mid-rollout. And with chunked prefill off verl raises max_num_batched_tokens to
+    max_model_len, undoing the bound that keeps prompt_logprobs' [tokens, vocab] logits within memory (the
+    recipes' max_num_batched_tokens comment)."""
+    agent = config.actor_rollout_ref.rollout.agent
+    loops = {agent.default_agent_loop, (config.get("skl") or {}).get("val_agent_loop") or agent.default_agent_loop}
+    rescoring = sorted(
+        name for name in loops
+        if name in entries and getattr(loop_class(str(entries[name].get("_target_", ""))), "rescores_sequences", False)
+    )
+    if not rescoring:
+        return
+    rollout = config.actor_rollout_ref.rollout
+    longest = int(config.data.max_prompt_length) + int(config.data.max_response_length)
+    max_model_len = rollout.get("max_model_len")
+    if max_model_len is not None and int(max_model_len) <= longest:
+        raise ConfigError(
+            f"actor_rollout_ref.rollout.max_model_len={max_model_len} leaves no room to rescore: agent loop "
+            f"{rescoring[0]!r} scores whole sequences of up to data.max_prompt_length + data.max_response_length "
+            f"= {longest} tokens as prompts (prompt_logprobs, max_tokens=1), and vLLM needs one token of headroom; "
+            f"set actor_rollout_ref.rollout.max_model_len={longest + 1} or more, or null (the model's maximum)"
+        )
+    if not rollout.get("enable_chunked_prefill", True):
+        raise ConfigError(
+            f"actor_rollout_ref.rollout.enable_chunked_prefill=false: agent loop {rescoring[0]!r} rescores with "
+            "prompt_logprobs, whose logits scale with the tokens of one engine step, and without chunked prefill "
+            "verl raises actor_rollout_ref.rollout.max_num_batched_tokens to max_model_len; keep "
+            "actor_rollout_ref.rollout.enable_chunked_prefill=true"
+        )
+
+
+def loop_settings(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """Every option an agent-loop entry runs with: its class's declared defaults, then the entry's values."""
+    cls = loop_class(str(entry.get("_target_", "")))
+    defaults = {key: option.default for key, option in declared_options(cls).items()} if cls else {}
+    return {**defaults, **entry}
