@@ -156,8 +156,6 @@ class StatefulAgent(Agent):
         self._by_neighbourhood: dict[str, list[tuple[int, int, str]]] = {}
         self._counter = 0
 
-    # -- knowledge lookup
-
     def set_knowledge(self, state_key: str, text: str, epoch: int, map_index: int, position: tuple[int, int]) -> None:
         self.table.set(state_key, text, epoch)
         self.key_info[state_key] = (map_index, tuple(position))
@@ -202,8 +200,6 @@ class StatefulAgent(Agent):
                 note = TRANSFER_NOTE if episode.phase == "test" else ""
                 decision.blocks.append(f"Your knowledge of the start state of this map{note}:\n{root}")
         return decision
-
-    # -- experience
 
     def record(self, episode: Episode) -> None:
         moves = episode.moves
@@ -304,7 +300,7 @@ class StatefulBootstrapAgent(StatefulAgent):
         done: set[str] = set()
         for t in range(len(moves) - 1, -1, -1):
             step = moves[t]
-            if step.state_key in done:  # refine each state once, at its last visit
+            if step.state_key in done:  # once, at its last visit: the pass stays strictly backward
                 continue
             done.add(step.state_key)
             prior = self.table.get(step.state_key) if step.state_key in self.table else step.knowledge

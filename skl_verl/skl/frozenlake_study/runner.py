@@ -114,8 +114,6 @@ class FrozenLakeStudy:
         self._reflections_file = open(self.out_dir / "reflections.jsonl", "w", encoding="utf-8")
         self.started = time.time()
 
-    # -- map helpers
-
     def paired_train_map(self, test_map: int) -> int:
         return (test_map - self.config.train_maps) % self.config.train_maps
 
@@ -136,8 +134,6 @@ class FrozenLakeStudy:
     def episode_seed(self, iteration: int) -> int:
         return self.config.seed * 1000 + iteration
 
-    # -- logging
-
     def log_reflection(self, episode: Episode, kind: str, state_key: str, t: int | None, text: str | None,
                        error: str | None, prompt: str) -> None:
         if error:
@@ -145,8 +141,6 @@ class FrozenLakeStudy:
         record = {"method": episode.method, "iteration": episode.iteration, "map_index": episode.map_index,
                   "kind": kind, "t": t, "state_key": state_key, "text": text, "error": error, "prompt": prompt}
         self._reflections_file.write(json.dumps(record, ensure_ascii=False) + "\n")
-
-    # -- playing
 
     def _messages(self, agent: Agent, observation: str, decision: Decision) -> list[dict[str, str]]:
         parts = [*decision.blocks, observation]
@@ -242,8 +236,6 @@ class FrozenLakeStudy:
         finally:
             self._episodes_file.close()
             self._reflections_file.close()
-
-    # -- results
 
     def summarize(self) -> dict[str, Any]:
         cfg = self.config
