@@ -8,13 +8,15 @@ from typing import Any
 
 
 def generation_client(tokenizer: Any, max_new_tokens: int, *, endpoint: str | None = None, served_model: str | None = None,
-                      checkpoint: str | None = None, seed: int = 0, api_key_env: str | None = None) -> Any:
-    """``api_key_env``: the environment variable holding the endpoint's API key (OpenAICompletionsClient)."""
+                      checkpoint: str | None = None, seed: int = 0, api_key: str | None = None,
+                      api_key_env: str | None = None) -> Any:
+    """The endpoint's API key is ``api_key`` itself (a CLI flag) or, from a config, the name of the
+    environment variable holding it, ``api_key_env`` (see OpenAICompletionsClient); not both."""
     if endpoint:
         from skl_verl.rollout.openai_client import OpenAICompletionsClient
 
         client = OpenAICompletionsClient(endpoint, served_model, tokenizer, max_new_tokens=max_new_tokens,
-                                         api_key_env=api_key_env)
+                                         api_key=api_key, api_key_env=api_key_env)
         client.check()
         return client
     if not checkpoint:

@@ -153,7 +153,8 @@ def test_skl_rl_simulations_self_moves_and_distillation_samples(injecting_rollou
 
 
 def test_frozenlake_study_prompts(tiny_model_dir):
-    from skl_verl.skl.frozenlake_study import ChatLLM, StudyConfig
+    from skl_verl.skl.frozenlake_study.chat import ChatLLM
+    from skl_verl.skl.frozenlake_study.runner import StudyConfig
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     llm = ChatLLM(client=None, tokenizer=tokenizer, config=StudyConfig())

@@ -1,4 +1,5 @@
-"""SKL-RL self-distillation losses (paper App. E, Eqs. 5-6): math, gradients, estimators, verl registry."""
+"""SKL-RL self-distillation reference math (paper App. E, Eqs. 5-6; ``distill_reference.py``): values,
+gradients, sampled estimators, and agreement with verl's top-k kernel."""
 
 import math
 from types import SimpleNamespace
@@ -7,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from skl_verl.skl import distill as D
+import distill_reference as D
 
 SHAPES = [(1, 1, 2), (2, 5, 7), (3, 8, 33)]
 TEMPS = [0.5, 1.0, 2.3]

@@ -12,17 +12,10 @@ from transformers import AutoTokenizer
 from verl.workers.rollout.replica import TokenOutput
 
 from envs.frozenlake import FrozenLakeEnv
-from skl_verl.skl import frozenlake_study as study_mod
-from skl_verl.skl.frozenlake_study import (
-    METHODS,
-    FrozenLakeStudy,
-    StudyConfig,
-    death_probs,
-    good_actions,
-    is_good_move,
-    neighbourhood_key,
-    parse_slip,
-)
+from skl_verl.skl.frozenlake_study import cli
+from skl_verl.skl.frozenlake_study.agents import METHODS
+from skl_verl.skl.frozenlake_study.board import death_probs, good_actions, is_good_move, neighbourhood_key, parse_slip
+from skl_verl.skl.frozenlake_study.runner import FrozenLakeStudy, StudyConfig
 from skl_verl.rollout.tiny_model import build_tiny_model
 
 # ---------------------------------------------------------------------------- good moves (exact)
@@ -219,7 +212,7 @@ def test_stateful_transfer_uses_neighbourhood_keys(tmp_path, tokenizer):
 
 def test_end_to_end_tiny_model_writes_results_and_plot(tmp_path, tiny_model_dir):
     out = tmp_path / "study"
-    rc = study_mod.main([
+    rc = cli.main([
         "--model", tiny_model_dir, "--iterations", "2", "--train-maps", "3", "--test-maps", "2",
         "--slip", "0,2/3", "--size", "4", "--max-steps", "5", "--max-new-tokens", "16", "--seed", "1",
         "--out", str(out),

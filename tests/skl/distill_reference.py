@@ -1,4 +1,5 @@
-"""SKL-RL multi-turn self-distillation losses (paper Appendix E, Eqs. 5-6).
+"""Reference math for SKL-RL's multi-turn self-distillation (paper Appendix E, Eqs. 5-6), checked by
+``test_distill_losses.py``; no production code calls it (see the last section).
 
 The paper distils look-ahead simulations into the agent's *stateful knowledge* ``z``:
 
@@ -65,10 +66,16 @@ Biases to keep in mind: (i) all of them are unbiased only if the tokens were sam
 prefixes are visited (the usual per-token surrogate); (iii) ``log_ratio_clamp`` (default 20,
 verl's value) clips ``t - s`` before ``exp`` for stability and biases extreme tokens.
 
-Not registered in verl's distillation registry: its losses need ``teacher_logprobs`` from a
-frozen teacher server fed the student's own sequence, while SKL's teacher is the current policy
-under the simulation context. SKL-RL's reverse-KL credit is therefore computed in the rollout
-(teacher probes) and applied by the ``skl_rl`` estimator; these functions are the reference math.
+What training uses instead
+--------------------------
+verl's distillation registry does not fit: its losses need ``teacher_logprobs`` from a frozen
+teacher server fed the student's own sequence, while SKL's teacher is the current policy under the
+simulation context. So the rollout (``skl_verl/skl/rl_loop.py``) emits the samples and the
+``skl_rl`` estimator (``skl_verl/skl/losses.py``) turns them into advantages: forward KL as a
+sample of the student context with the teacher's ``z`` as its response, weight λ; reverse KL as
+the ``"k1"`` reward form above, ``-λ (log s - log t)`` on the student's ``z`` tokens, from the old
+log-probs of the trace and of its teacher probe. Neither calls these functions, which is why they
+live beside their tests.
 """
 
 from __future__ import annotations
@@ -93,7 +100,6 @@ Reduction = Literal["none", "token-mean", "sum", "seq-mean-token-sum"]
 REDUCTIONS: tuple[str, ...] = ("none", "token-mean", "sum", "seq-mean-token-sum")
 ESTIMATORS: tuple[str, ...] = ("k1", "k2", "k3", "k3+")
 KINDS: tuple[str, ...] = ("forward", "reverse")
-
 
 
 # --------------------------------------------------------------------------- validation

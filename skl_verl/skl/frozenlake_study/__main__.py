@@ -1,0 +1,3 @@
+from skl_verl.skl.frozenlake_study.cli import main
+
+raise SystemExit(main())
