@@ -22,11 +22,21 @@ def modules() -> dict[str, Path]:
     return found
 
 
+def runtime_nodes(tree: ast.AST):
+    """Every node except those under ``if TYPE_CHECKING:`` (imports for annotations only, never run)."""
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            yield from (n for child in node.orelse for n in [child, *runtime_nodes(child)])
+            continue
+        yield node
+        yield from runtime_nodes(node)
+
+
 def imports(path: Path, name: str, known: dict[str, Path]) -> set[str]:
-    """The modules of ours ``path`` imports anywhere in it (functions included)."""
+    """The modules of ours ``path`` imports anywhere in it when it runs (functions included)."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     edges = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in runtime_nodes(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -107,3 +117,24 @@ def test_source_files_stay_under_600_lines():
     long = {str(path.relative_to(ROOT)): n for path in modules().values()
             if (n := len(path.read_text().splitlines())) > 600}
     assert not long, f"files doing several jobs (split past ~600 lines): {long}"
+
+
+def test_each_sample_field_name_is_written_once_in_its_declaration():
+    """The loop -> estimator contract is typed: a field's name appears as a string only where it is declared
+    (``rollout/sample_fields.py`` or a recipe's ``fields.py``); everything else uses the constant."""
+    declarations = {name: path for name, path in modules().items()
+                    if name.endswith(".fields") or name.endswith(".sample_fields")}
+    declared: dict[str, str] = {}
+    for name, path in declarations.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+                if node.value.value.startswith("skl_") and node.value.value != "skl_":
+                    declared[node.value.value] = name
+    assert len(declared) > 20
+    for name, path in modules().items():
+        if name in declarations:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and node.value in declared:
+                raise AssertionError(f"{path.relative_to(ROOT)}:{node.lineno} writes the field name {node.value!r}; "
+                                     f"use the constant of {declared[node.value]}")

@@ -123,9 +123,13 @@ def compose(config_path: str, config_name: str, overrides: list[str]) -> DictCon
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
+    import skl_verl
+    from skl_verl.trainer.registry import with_declared_options
+
+    skl_verl.register(with_trainer=False)
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(Path(config_path).resolve()), version_base=None):
-        return hydra_compose(config_name=config_name, overrides=overrides)
+        return hydra_compose(config_name=config_name, overrides=with_declared_options(overrides))
 
 
 def build_pool(settings: KWSettings, per_type: int, seed: int) -> None:

@@ -66,10 +66,10 @@ class EpisodeResult:
     """The env's first observation as returned by ``reset`` (no action list)."""
     transcript: list[tuple[str, str]] = field(default_factory=list)
     """(model reply, what came back) per turn; curators and reflection prompts read it."""
-    knowledge_steps: list[dict[str, Any]] = field(default_factory=list)
+    knowledge_steps: list[Any] = field(default_factory=list)
+    """Stateful loops: one record per env step (SKL's ``KnowledgeStep``)."""
     last_step: Any = None
     """The env's StepResult for the latest valid-format turn (None after a format error)."""
-    """Stateful loops: per env step, the state key and the knowledge z the action was based on."""
     metrics: dict[str, float] = field(default_factory=dict)
     weight_versions: list[int] = field(default_factory=list)
     """The rollout weights' ``global_steps`` of every generation in the episode (verl's staleness tags)."""

@@ -7,6 +7,9 @@ declared in its package (``fields.py``), with the ``skl_`` prefix the trainer fo
 
 from __future__ import annotations
 
+FIELD_PREFIX = "skl_"
+"""Every per-sample field of ours starts with it; the trainer forwards exactly those extra fields."""
+
 TRAJECTORY_ID = "skl_trajectory_id"
 """One id per played episode (or per SkillRise trial); samples of one trial share it."""
 SEQUENCE_ID = "skl_sequence_id"

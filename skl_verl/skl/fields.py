@@ -1,6 +1,10 @@
 """The per-sample fields SKL's loops attach (``skl_verl.rollout.sample_fields``'s contract), read by its
 estimators, losses and metrics."""
 
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
 KEEP = "skl_keep"
 """SKL-SD: whether the sample is in the trained set (D_base, D_distill, D_reflect) of Eq. 1."""
 KNOWLEDGE_STEPS = "skl_knowledge_steps"
@@ -23,3 +27,34 @@ def simulation_metrics(fields):
     """``env/simulated_steps/mean``: SKL-RL's simulated env steps per episode."""
     values = [float(v) for v in fields.get(SIMULATED_STEPS, ()) if v is not None]
     return {"env/simulated_steps/mean": sum(values) / len(values)} if values else {}
+
+
+@dataclass
+class KnowledgeStep:
+    """One env step of a stateful episode (``KNOWLEDGE_STEPS`` holds the episode's list): the knowledge z the
+    policy stated (or was given) at a state, where z sits in the token stream, the transition its action made,
+    and SKL-RL's simulations and refined ẑ."""
+
+    state_key: str
+    observation: str
+    prefilled: bool
+    """z was given (SKL-SD's retry from refined knowledge), not sampled."""
+    context_tokens: int
+    """Tokens of the stream before z: the student context π(z | s_t, history)."""
+    context_messages: int
+    knowledge: str = ""
+    knowledge_error: str = ""
+    knowledge_end: int | None = None
+    """z = stream[context_tokens:knowledge_end]."""
+    action: str | None = None
+    """None when the reply did not parse or the env refused it."""
+    reward: float = 0.0
+    next_state_key: str | None = None
+    done: bool = False
+    refined_knowledge: str = ""
+    """SKL-RL: ẑ, the knowledge restated after the simulations."""
+    refined_knowledge_error: str = ""
+    simulated_steps: int = 0
+    simulated_wins: int = 0
+    simulation_error: str = ""
+    root_candidates: list[str] = field(default_factory=list)

@@ -54,6 +54,7 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopOutput
 from skl_verl.options import AtLeast, Between, OneOf
 from skl_verl.rollout import sample_fields as sf
 from skl_verl.skl import fields as skl_fields
+from skl_verl.skl.fields import KnowledgeStep
 from skl_verl.rollout.env_runtime import EnvCallFailed
 from skl_verl.rollout.env_loop import EpisodeResult, TurnContext, render_turn, single_turn_output, stable_seed
 from skl_verl.skl.stateful_loop import StatefulAgentLoop
@@ -172,37 +173,37 @@ class SklRlAgentLoop(StatefulAgentLoop):
         records = trace.extra_fields[skl_fields.KNOWLEDGE_STEPS]
         if self.distill_kind == "forward":
             for position, record in enumerate(records):
-                if record.get("refined_knowledge") and record["context_tokens"] <= len(stream):
-                    context = stream[: record["context_tokens"]]
+                if record.refined_knowledge and record.context_tokens <= len(stream):
+                    context = stream[: record.context_tokens]
                     outputs.append(await self._distill_sample(trace, record, position, context, sampling_params))
         else:
             for position, messages in self._teacher_contexts:
                 record = records[position]
-                if record.get("knowledge_end") and record["knowledge_end"] <= len(stream):
+                if record.knowledge_end and record.knowledge_end <= len(stream):
                     outputs.append(await self._teacher_probe(trace, record, position, messages, stream, sampling_params))
         return outputs
 
-    async def _teacher_probe(self, trace, record: dict[str, Any], position: int, messages, stream: list[int], sampling_params):
+    async def _teacher_probe(self, trace, record: KnowledgeStep, position: int, messages, stream: list[int], sampling_params):
         """The student's z tokens as a response to the teacher context; scored, never trained."""
-        z_ids = stream[record["context_tokens"] : record["knowledge_end"]]
+        z_ids = stream[record.context_tokens : record.knowledge_end]
         offset = len(trace.prompt_ids)
         fields = {
             sf.TRAJECTORY_ID: trace.extra_fields[sf.TRAJECTORY_ID], sf.SEQUENCE_ID: trace.extra_fields[sf.SEQUENCE_ID],
             sf.POSITION: position, sf.PHASE: "distill_teacher", sf.TOKEN_CREDIT: None,
             # Where z sits in the trace's response: the estimator aligns the two samples' log-probs by it.
-            skl_fields.Z_SPAN: [record["context_tokens"] - offset, record["knowledge_end"] - offset],
+            skl_fields.Z_SPAN: [record.context_tokens - offset, record.knowledge_end - offset],
         }
         prompt_ids = await self.ct_build_initial_tokens(messages)
         logprobs, versions = await self.score_response(prompt_ids, z_ids, f"{fields[sf.TRAJECTORY_ID]}:probe{position}", sampling_params)
         return single_turn_output(prompt_ids, z_ids, 0.0, fields, logprobs, self.weight_version_fields(versions), num_turns=2)
 
-    async def _distill_sample(self, trace: AgentLoopOutput, record: dict[str, Any], position: int, context_ids: list[int], sampling_params):
-        target = f"<knowledge>{record['refined_knowledge']}</knowledge>"
+    async def _distill_sample(self, trace: AgentLoopOutput, record: KnowledgeStep, position: int, context_ids: list[int], sampling_params):
+        target = f"<knowledge>{record.refined_knowledge}</knowledge>"
         response_ids = encode_as_text(target, self.tokenizer) + [self.tokenizer.eos_token_id]
         response_ids = response_ids[: self.response_length]
         fields = {
             sf.TRAJECTORY_ID: trace.extra_fields[sf.TRAJECTORY_ID], sf.SEQUENCE_ID: trace.extra_fields[sf.SEQUENCE_ID],
-            sf.POSITION: position, sf.PHASE: "distill", sf.TOKEN_CREDIT: None, skl_fields.DISTILL_STATE: record["state_key"],
+            sf.POSITION: position, sf.PHASE: "distill", sf.TOKEN_CREDIT: None, skl_fields.DISTILL_STATE: record.state_key,
         }
         # Long histories are left-truncated to rollout.prompt_length, as verl does for any prompt: the state
         # and z's context are at the end.
@@ -215,13 +216,13 @@ class SklRlAgentLoop(StatefulAgentLoop):
         return {
             **super().episode_fields(episode),
             skl_fields.DISTILL_PAIRS: [
-                {"state_key": s["state_key"], "z": s["knowledge"], "z_hat": s.get("refined_knowledge", "")} for s in steps
+                {"state_key": s.state_key, "z": s.knowledge, "z_hat": s.refined_knowledge} for s in steps
             ],
-            skl_fields.SIMULATED_STEPS: sum(s.get("simulated_steps", 0) for s in steps),
-            skl_fields.ROOT_CANDIDATES: [len(s.get("root_candidates", ())) for s in steps],
+            skl_fields.SIMULATED_STEPS: sum(s.simulated_steps for s in steps),
+            skl_fields.ROOT_CANDIDATES: [len(s.root_candidates) for s in steps],
         }
 
-    async def before_action(self, context: TurnContext, episode: EpisodeResult, step: dict[str, Any]) -> bool:
+    async def before_action(self, context: TurnContext, episode: EpisodeResult, step: KnowledgeStep) -> bool:
         seed = stable_seed(f"{context.request_id}:{len(episode.knowledge_steps)}")
         if self.simulation_policy == "self":
             branches = await self._simulate_in_trace(context, episode, step, seed)
@@ -236,17 +237,17 @@ class SklRlAgentLoop(StatefulAgentLoop):
             except EnvCallFailed:  # timed out or the env failed: the real env is gone, play_episode flags the sample
                 raise
             except Exception as exc:  # noqa: BLE001 - simulate_branches restored the env; the real step goes on
-                step["simulation_error"] = f"{type(exc).__name__}: {exc}"
+                step.simulation_error = f"{type(exc).__name__}: {exc}"
                 branches = []
-        step["simulated_steps"] = sum(len(b.steps) for b in branches)
-        step["simulated_wins"] = sum(int(b.won) for b in branches)
+        step.simulated_steps = sum(len(b.steps) for b in branches)
+        step.simulated_wins = sum(int(b.won) for b in branches)
         text = render_branches(branches) if branches else "(simulation unavailable)"
-        if self.distill_kind == "reverse" and "knowledge_end" in step:
+        if self.distill_kind == "reverse" and step.knowledge_end is not None:
             # Teacher context for z: the student context with the simulations shown before z.
             # Re-rendered from text, so the policy's own earlier replies are untrusted here too.
             messages = [
                 {**m, "content": neutralise_special_tokens(m["content"], self.tokenizer)}
-                for m in context.stream.messages[: step["context_messages"]]
+                for m in context.stream.messages[: step.context_messages]
             ]
             hint = TEACHER_HINT.format(n=len(branches), h=self.horizon, branches=text)
             messages[-1]["content"] += "\n\n" + neutralise_special_tokens(hint, self.tokenizer)
@@ -257,10 +258,10 @@ class SklRlAgentLoop(StatefulAgentLoop):
         reply = await self.generate(context)
         if reply is None:
             return False
-        step["refined_knowledge"] = self.read_knowledge(reply, step, episode, key="refined_knowledge_error")
+        step.refined_knowledge, step.refined_knowledge_error = self.read_knowledge(reply, episode)
         return True
 
-    async def _simulate_in_trace(self, context: TurnContext, episode: EpisodeResult, step: dict[str, Any], seed: int):
+    async def _simulate_in_trace(self, context: TurnContext, episode: EpisodeResult, step: KnowledgeStep, seed: int):
         """The policy's own look-ahead (§4.2.2, App. D) written into the trace: root candidates, then
         one move per live branch and step. Returns the branches (possibly none), or None when the
         response budget ran out; a failed env call propagates (``EnvCallFailed``: ``play_episode`` flags
@@ -275,9 +276,9 @@ class SklRlAgentLoop(StatefulAgentLoop):
         if reply is None:
             return None
         candidates = proposed_moves(reply, admissible, self.simulations)
-        step["root_candidates"] = candidates
+        step.root_candidates = candidates
         if not candidates:
-            step["simulation_error"] = "no admissible <move> in the proposal"
+            step.simulation_error = "no admissible <move> in the proposal"
             episode.invalid_format_turns += 1
             return []
         states = [branch_snapshot(root, seed, b) for b in range(len(candidates))]
@@ -327,7 +328,7 @@ class SklRlAgentLoop(StatefulAgentLoop):
             env_lost = True
             raise
         except Exception as exc:  # noqa: BLE001 - reported on the step; the real episode goes on from the root
-            step["simulation_error"] = f"{type(exc).__name__}: {exc}"
+            step.simulation_error = f"{type(exc).__name__}: {exc}"
         finally:
             if not env_lost:
                 await self._env_call(timing, env.set_state, root)

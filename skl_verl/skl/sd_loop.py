@@ -75,12 +75,12 @@ def episode_succeeded(episode: EpisodeResult, rule: str) -> bool:
 
 def episode_transitions(episode: EpisodeResult, episode_id: str, epoch: int) -> list[Transition]:
     """The episode's real env moves as buffer transitions (format errors and invalid actions skipped)."""
-    moves = [s for s in episode.knowledge_steps if s.get("action") is not None]
+    moves = [s for s in episode.knowledge_steps if s.action is not None]
     return [
         Transition(
-            episode_id=episode_id, t=t, state_key=s["state_key"], observation=s["observation"],
-            knowledge=s["knowledge"] or None, action=s["action"], reward=s["reward"],
-            next_state_key=s["next_state_key"], done=bool(s["done"]), epoch=epoch,
+            episode_id=episode_id, t=t, state_key=s.state_key, observation=s.observation,
+            knowledge=s.knowledge or None, action=s.action, reward=s.reward,
+            next_state_key=s.next_state_key, done=bool(s.done), epoch=epoch,
         )
         for t, s in enumerate(moves)
     ]
@@ -121,11 +121,11 @@ class SklSdAgentLoop(StatefulAgentLoop):
                 env, task_id, sampling_params, self.system_prompt, seed=stable_seed(f"{trial}:base"),
                 request_id=f"{trial}:base",
             )
-            moves = [s for s in base.knowledge_steps if s.get("action") is not None]
+            moves = [s for s in base.knowledge_steps if s.action is not None]
             transitions = episode_transitions(base, f"{trial}:base", epoch)
             if transitions:
                 await memory.call("add_episode", f"{trial}:base", [t.to_dict() for t in transitions], epoch)
-            said = [(step["state_key"], step["knowledge"]) for step in moves if step["knowledge"]]
+            said = [(step.state_key, step.knowledge) for step in moves if step.knowledge]
             if said:
                 await memory.call("set_knowledge", said, epoch)
             base_ok = episode_succeeded(base, self.success)
@@ -141,8 +141,8 @@ class SklSdAgentLoop(StatefulAgentLoop):
                 reflection, z_hat = await self._bootstrap(moves, t, refined, memory, epoch, sampling_params, trial)
                 reflections.append((t, reflection, z_hat))
                 if z_hat:
-                    refined[moves[t]["state_key"]] = z_hat
-                    await memory.call("set_knowledge", [(moves[t]["state_key"], z_hat)], epoch)
+                    refined[moves[t].state_key] = z_hat
+                    await memory.call("set_knowledge", [(moves[t].state_key, z_hat)], epoch)
             self.prefilled = refined
             retry = await self.play_episode(
                 env, task_id, sampling_params, self.system_prompt, seed=stable_seed(f"{trial}:base"),
@@ -180,18 +180,18 @@ class SklSdAgentLoop(StatefulAgentLoop):
         past the end of the episode, the outcome itself."""
         if t + self.horizon >= len(moves):
             return "(the episode ended within these steps and failed)"
-        key = moves[t + self.horizon]["state_key"]
-        said = refined.get(key) or moves[t + self.horizon]["knowledge"]
+        key = moves[t + self.horizon].state_key
+        said = refined.get(key) or moves[t + self.horizon].knowledge
         return said or await memory.call("knowledge", key) or prompts.NO_KNOWLEDGE
 
     async def _bootstrap(self, moves, t, refined, memory: MemoryHandle, epoch, sampling_params, trial):
         """Generate ẑ_{s_t} from C_t = [s_t, N buffered rollouts of horizon H, z_{s_t}, z_{s_t+H}]."""
-        key = moves[t]["state_key"]
+        key = moves[t].state_key
         # H steps plus the transition after them, whose observation is the state s_{t+H} reached.
         rollouts = await memory.call("partial_rollouts", key, self.n, self.horizon + 1, self.scope, stable_seed(f"{trial}:{t}"))
         prior = await memory.call("knowledge", key, epoch - 1) if epoch > 0 else None
         user = prompts.REFLECT_USER.format(
-            state=moves[t]["observation"], prior=prior or moves[t]["knowledge"] or prompts.NO_KNOWLEDGE,
+            state=moves[t].observation, prior=prior or moves[t].knowledge or prompts.NO_KNOWLEDGE,
             count=len(rollouts), horizon=self.horizon, rollouts=prompts.render_rollouts(rollouts, self.horizon),
             successor=await self.successor_knowledge(moves, t, refined, memory),
         )
@@ -206,7 +206,7 @@ class SklSdAgentLoop(StatefulAgentLoop):
         response_ids = list(output.token_ids)[: self.response_length]
         parsed = self.knowledge_parser(self.tokenizer.decode(response_ids, skip_special_tokens=True))
         fields = {
-            sf.TRAJECTORY_ID: trial, sf.SEQUENCE_ID: moves[t]["state_key"], sf.POSITION: t, sf.PHASE: "reflect",
+            sf.TRAJECTORY_ID: trial, sf.SEQUENCE_ID: moves[t].state_key, sf.POSITION: t, sf.PHASE: "reflect",
             sf.TOKEN_CREDIT: None, skl_fields.KEEP: False, skl_fields.REFLECT_ERROR: parsed.error or "",
             skl_fields.ROLLOUTS_USED: len(rollouts),
         }

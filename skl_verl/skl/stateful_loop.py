@@ -26,6 +26,7 @@ from skl_verl.rollout.env_loop import EnvAgentLoop, EpisodeResult, TurnContext, 
 from skl_verl.rollout.parsing import TagActionParser
 from skl_verl.rollout.prompt_safety import encode_as_text
 from skl_verl.skl import fields as skl_fields
+from skl_verl.skl.fields import KnowledgeStep
 
 KNOWLEDGE_QUESTION = (
     "Before acting, write your understanding of this state inside <knowledge>...</knowledge>: "
@@ -72,32 +73,30 @@ class StatefulAgentLoop(EnvAgentLoop):
         """Complete this step's record into a transition (action, reward, next state) when the
         env really moved; format errors and invalid actions leave ``action`` None."""
         step, result = episode.knowledge_steps[-1], episode.last_step
-        step.update(action=None, reward=0.0, next_state_key=None, done=done)
+        step.action, step.reward, step.next_state_key, step.done = None, 0.0, None, done
         if result is not None and not result.invalid_action:
-            next_state_key = await self._env_call(context.timing, context.env.state_key)
-            step.update(action=self.parser(reply).action, reward=float(result.reward), next_state_key=next_state_key)
+            step.next_state_key = await self._env_call(context.timing, context.env.state_key)
+            step.action, step.reward = self.parser(reply).action, float(result.reward)
 
     async def policy_turn(self, context: TurnContext, episode: EpisodeResult) -> str | None:
         state_key = await self._env_call(context.timing, context.env.state_key)
-        step: dict[str, Any] = {
-            "state_key": state_key,
-            "observation": context.stream.messages[-1]["content"],
-            "prefilled": state_key in self.prefilled,
-            "knowledge_error": "",
-            # Tokens / messages of the stream before z was written: the student context pi(z | s_t, history).
-            "context_tokens": len(context.stream.token_ids),
-            "context_messages": len(context.stream.messages),
-        }
-        if step["prefilled"]:
-            step["knowledge"] = self.prefilled[state_key]
-            if not await self.force_reply(context, f"<knowledge>{step['knowledge']}</knowledge>"):
+        step = KnowledgeStep(
+            state_key=state_key,
+            observation=context.stream.messages[-1]["content"],
+            prefilled=state_key in self.prefilled,
+            context_tokens=len(context.stream.token_ids),
+            context_messages=len(context.stream.messages),
+        )
+        if step.prefilled:
+            step.knowledge = self.prefilled[state_key]
+            if not await self.force_reply(context, f"<knowledge>{step.knowledge}</knowledge>"):
                 return None
         else:
             text = await self.generate(context)
             if text is None:
                 return None
-            step["knowledge"] = self.read_knowledge(text, step, episode)
-        step["knowledge_end"] = len(context.stream.token_ids)  # z = stream[context_tokens:knowledge_end]
+            step.knowledge, step.knowledge_error = self.read_knowledge(text, episode)
+        step.knowledge_end = len(context.stream.token_ids)
         episode.knowledge_steps.append(step)
         if not await self.before_action(context, episode, step):
             return None
@@ -125,20 +124,19 @@ class StatefulAgentLoop(EnvAgentLoop):
         stream.messages.append({"role": "assistant", "content": text})
         return True
 
-    def read_knowledge(self, text: str, step: dict[str, Any], episode: EpisodeResult, key: str = "knowledge_error") -> str:
-        """The <knowledge> body of a reply. A missing tag or an over-long body is recorded in
-        ``step[key]`` and counts as a format error (the turn still acts)."""
+    def read_knowledge(self, text: str, episode: EpisodeResult) -> tuple[str, str]:
+        """(the <knowledge> body of a reply, why it has none). A missing tag or an over-long body counts as
+        a format error (the turn still acts)."""
         parsed = self.knowledge_parser(text)
-        if not parsed.ok:
-            step[key] = parsed.error
-        elif len(parsed.action.split()) > self.max_knowledge_words:
-            step[key] = f"knowledge over the {self.max_knowledge_words}-word cap"
-        if step.get(key):
+        error = parsed.error if not parsed.ok else ""
+        if not error and len(parsed.action.split()) > self.max_knowledge_words:
+            error = f"knowledge over the {self.max_knowledge_words}-word cap"
+        if error:
             episode.invalid_format_turns += 1
-            return ""
-        return parsed.action
+            return "", error
+        return parsed.action, ""
 
-    async def before_action(self, context: TurnContext, episode: EpisodeResult, step: dict[str, Any]) -> bool:
+    async def before_action(self, context: TurnContext, episode: EpisodeResult, step: KnowledgeStep) -> bool:
         """Between the knowledge turn and the action request (SKL-RL simulates here). False when
         the response budget ran out."""
         return True

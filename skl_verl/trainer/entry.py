@@ -272,8 +272,17 @@ def without_critic_model(config: DictConfig) -> tuple[DictConfig, list[str]]:
                      "when the run starts"]
 
 
+def main() -> None:
+    """``python -m skl_verl.main [hydra args and overrides]``: an estimator's declared options are set like any
+    other key (``algorithm.skillrise.gamma=0.8``), whether or not the recipe's YAML states them."""
+    import sys
+
+    sys.argv[1:] = registry.with_declared_options(sys.argv[1:])
+    run()
+
+
 @hydra.main(config_path=None, config_name=None, version_base=None)
-def main(config: DictConfig) -> None:
+def run(config: DictConfig) -> None:
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import validate_config
 

@@ -150,7 +150,7 @@ def compute_advantage(data: DataProto, algorithm_config: Any) -> DataProto:
         response_mask=rows.batch["response_mask"],
         config=algorithm_config,
         index=rows.non_tensor_batch.get("uid"),
-        sample_fields={k: v for k, v in rows.non_tensor_batch.items() if k.startswith("skl_")},
+        sample_fields={k: v for k, v in rows.non_tensor_batch.items() if k.startswith(sf.FIELD_PREFIX)},
         **{arg: rows.batch[key] if key in rows.batch.keys() else None for arg, key in optional.items()},
     )
     data.batch["advantages"] = torch.zeros_like(data.batch["response_mask"], dtype=torch.float32)
@@ -163,7 +163,7 @@ def compute_advantage(data: DataProto, algorithm_config: Any) -> DataProto:
 def set_token_level_scores(data: DataProto) -> None:
     """``token_level_scores`` from each sample's own ``skl_score`` (else verl's ``rm_scores``).
 
-    When a loop returns several outputs (SkillRise phases), verl's v1 worker gives all of them
+    When a loop returns several outputs (phases, steps), verl's v1 worker gives all of them
     the last output's reward; the per-sample score our loops attach is the true one. The score
     sits on the last policy token (response_mask 1). Any KL-in-reward is applied afterwards.
     """

@@ -26,7 +26,7 @@ ROLLOUT_OVERRIDES = [
 @functools.cache
 def multi_output_agent_loop_worker():
     """verl's in-process ``AgentLoopWorker`` (v0 path) expects one output per loop run; verl's v1
-    TransferQueue worker already accepts a list (SkillRise returns one sample per phase). This
+    TransferQueue worker already accepts a list (a loop may return one sample per phase or step). This
     subclass gives the CPU path the v1 behaviour: each output is postprocessed by verl's own code
     and the prompt's non-tensor fields are repeated for every output of that prompt."""
     import hydra

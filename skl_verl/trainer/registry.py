@@ -22,7 +22,7 @@ from verl import DataProto
 from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
 from verl.trainer.ppo import core_algos
 
-from skl_verl.options import ConfigError, build_options
+from skl_verl.options import ConfigError, build_options, declared_options
 
 RunCheck = Callable[[DictConfig, Any, Mapping[str, Any]], None]
 """``check(config, options, loop_entry)``: what an estimator needs from the rest of the run config
@@ -90,6 +90,22 @@ def estimator_options(algorithm_config: Any, name: str) -> Any:
             raise ConfigError(f"algorithm.{name} takes no options, got {sorted(section)}")
         return None
     return build_options(spec.options, f"algorithm.{name}", section)
+
+
+def with_declared_options(overrides: list[str]) -> list[str]:
+    """Hydra overrides with every ``algorithm.<estimator>.<option>=value`` of a registered estimator's declared
+    option turned into ``++...`` (add or override): a config states only the options it changes, so most
+    declared options are not in the composed config, and a user still sets any of them as a plain override."""
+    rewritten = []
+    for override in overrides:
+        key, equals, _ = override.partition("=")
+        parts = key.split(".")
+        if equals and len(parts) == 3 and parts[0] == "algorithm" and parts[1] in ESTIMATORS:
+            options = ESTIMATORS[parts[1]].options
+            if options is not None and parts[2] in declared_options(options):
+                override = "++" + override
+        rewritten.append(override)
+    return rewritten
 
 
 def require_fields(name: str, sample_fields: dict[str, np.ndarray] | None, keys: tuple[str, ...]) -> None:

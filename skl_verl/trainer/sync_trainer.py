@@ -7,6 +7,7 @@ import torch
 from verl import DataProto
 from verl.trainer.ppo import core_algos
 
+from skl_verl.rollout import sample_fields as sf
 from skl_verl.trainer.estimators import compute_advantage, set_token_level_scores
 from skl_verl.trainer.metrics import episode_metrics, loss_term_metrics
 from skl_verl.trainer.registry import SAMPLE_FIELDS_ATTR, TERM_WEIGHT_FNS, run_step_hooks
@@ -88,7 +89,7 @@ def register_sync_trainer() -> None:
             term_weights = TERM_WEIGHT_FNS.get(self.config.actor_rollout_ref.actor.policy_loss.get("loss_mode", "vanilla"))
             if term_weights is not None:
                 is_weights = rows.batch["rollout_is_weights"] if "rollout_is_weights" in rows.batch.keys() else None
-                fields = {k: v for k, v in rows.non_tensor_batch.items() if k.startswith("skl_")}
+                fields = {k: v for k, v in rows.non_tensor_batch.items() if k.startswith(sf.FIELD_PREFIX)}
                 rows.batch["rollout_is_weights"] = term_weights(fields, rows.batch["response_mask"], is_weights)
                 if "rollout_is_weights" not in written:
                     written.append("rollout_is_weights")
@@ -110,7 +111,7 @@ def batch_to_dataproto(data) -> DataProto:
     uid = np.array(data.pop("uid").tolist(), dtype=object)
     proto = DataProto(batch=data.to_padded_tensor())
     proto.non_tensor_batch["uid"] = uid
-    for key in sorted({k for extra in extras for k in extra if k.startswith("skl_")}):
+    for key in sorted({k for extra in extras for k in extra if k.startswith(sf.FIELD_PREFIX)}):
         column = np.empty(len(extras), dtype=object)
         column[:] = [extra.get(key) for extra in extras]
         proto.non_tensor_batch[key] = column

@@ -14,6 +14,7 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
 from skl_verl.trainer.entry import ConfigError, prepare_config
+from skl_verl.trainer.registry import estimator_options, with_declared_options
 
 ROOT = Path(__file__).resolve().parents[2]
 SKILLRISE = ROOT / "recipes" / "skillrise"
@@ -22,7 +23,12 @@ SKILLRISE = ROOT / "recipes" / "skillrise"
 def load(config_name, overrides=(), recipe=SKILLRISE):
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(recipe / "config"), version_base=None):
-        return prepare_config(compose(config_name=config_name, overrides=list(overrides)))
+        return prepare_config(compose(config_name=config_name, overrides=with_declared_options(list(overrides))))
+
+
+def options(config):
+    """The options the run's estimator computes with (its declaration's defaults, then the config's values)."""
+    return estimator_options(config.algorithm, config.algorithm.adv_estimator)
 
 
 def plays_per_update(config, k=3):
@@ -33,7 +39,7 @@ def plays_per_update(config, k=3):
 @pytest.mark.parametrize("name", ["skillrise_alfworld", "skillrise_webshop", "skillrise_sciworld"])
 def test_skillrise_configs_carry_the_paper_settings(name):
     config = load(name)
-    assert config.algorithm.adv_estimator == "skillrise" and config.algorithm.skillrise.gamma == 0.6
+    assert config.algorithm.adv_estimator == "skillrise" and options(config).gamma == 0.6
     assert config.trainer.v1.trainer_mode == "skl_sync"
     assert config.actor_rollout_ref.model.path == "Qwen/Qwen3-4B"
     assert plays_per_update(config) == 384  # 16 sequences x K=3 x N=8
@@ -48,7 +54,7 @@ def test_skillrise_configs_carry_the_paper_settings(name):
     # thinking off, 10 * won, mean-only normalisation, entropy 0.001, the released history per env.
     env = name.split("_")[1]
     assert config.data.apply_chat_template_kwargs.enable_thinking is False
-    assert config.algorithm.skillrise.norm == "mean" and config.actor_rollout_ref.actor.entropy_coeff == 0.001
+    assert options(config).norm == "mean" and config.actor_rollout_ref.actor.entropy_coeff == 0.001
     assert config.data.max_prompt_length == {"alfworld": 4096, "webshop": 12288, "sciworld": 10240}[env]
     loop = agent_loop_entry(config.actor_rollout_ref.rollout.agent.default_agent_loop)
     assert loop.name == f"skillrise_{env}" and loop.sample_granularity == "step"
@@ -116,7 +122,7 @@ def test_a_baseline_config_needs_an_env():
 def test_grpo_baseline_and_no_curation_ablation():
     grpo = baseline("grpo", "alfworld")
     assert grpo.actor_rollout_ref.rollout.n == 24
-    assert grpo.algorithm.skl_grpo.norm == "std"  # the released GRPO baseline keeps std normalisation
+    assert options(grpo).norm == "std"  # the released GRPO baseline keeps std normalisation
     ablation = load("no_curation_alfworld")
     assert ablation.actor_rollout_ref.rollout.agent.default_agent_loop == "skillrise_no_curation_alfworld"
     assert agent_loop_entry("skillrise_no_curation_alfworld").curate is False
@@ -127,7 +133,7 @@ def test_grpo_baseline_and_no_curation_ablation():
 def test_gigpo_baseline_composes_with_verl_agent_settings(env):
     gigpo = baseline("gigpo", env)
     assert gigpo.actor_rollout_ref.rollout.n == 24
-    assert dict(gigpo.algorithm.gigpo) == {"gamma": 0.95, "step_advantage_weight": 1.0, "norm": "std"}
+    assert (options(gigpo).gamma, options(gigpo).step_advantage_weight, options(gigpo).norm) == (0.95, 1.0, "std")
     assert gigpo.trainer.v1.trainer_mode == "skl_sync"
     with pytest.raises(ConfigError, match="gigpo groups env steps"):
         baseline("gigpo", env, ["actor_rollout_ref.rollout.agent.default_agent_loop=skl_env"])
@@ -138,7 +144,7 @@ def test_gigpo_baseline_composes_with_verl_agent_settings(env):
 @pytest.mark.parametrize("env", ENVS)
 def test_lamer_baseline_attempts_one_task_with_a_reflection(env):
     lamer = baseline("lamer", env)
-    assert (lamer.algorithm.skillrise.gamma, lamer.algorithm.skillrise.solve_return) == (0.6, "discounted")
+    assert (options(lamer).gamma, options(lamer).solve_return) == (0.6, "discounted")
     with pytest.raises(ValueError, match="algorithm.skillrise.solve_return"):
         baseline("lamer", env, ["algorithm.skillrise.solve_return=episode"])
     with pytest.raises(ConfigError, match="needs a skillrise agent loop"):
@@ -204,7 +210,7 @@ def test_skl_sd_configs(name):
     loop = agent_loop_entry(config.actor_rollout_ref.rollout.agent.default_agent_loop)
     assert (loop.rollouts_per_state, loop.horizon, loop.bootstrap_fraction) == (3, 3, 0.2)
     assert config.actor_rollout_ref.actor.policy_loss.loss_mode == "skl_sd_eq1"
-    assert config.algorithm.skl_sd.objective == "policy_gradient"
+    assert options(config).objective == "policy_gradient"
     baseline = load(name.replace("skl_sd", "grpo"), recipe=SKL_SD)
     assert baseline.algorithm.adv_estimator == "grpo" and baseline.actor_rollout_ref.rollout.agent.default_agent_loop == "skl_env"
     with pytest.raises(ConfigError, match="needs a skl_sd agent loop"):

@@ -73,13 +73,13 @@ def test_simulations_do_not_change_the_real_trajectory(tmp_path, tiny_model_dir,
     simulated, policy = play(tmp_path / "sim", tiny_model_dir, "skl_rl", monkeypatch, simulation_policy="random")
     plain_steps = plain.non_tensor_batch["skl_knowledge_steps"][0]
     sim_steps = simulated.non_tensor_batch["skl_knowledge_steps"][0]
-    real = lambda steps: [(s["state_key"], s["action"], s["reward"], s["next_state_key"], s["done"]) for s in steps]
+    real = lambda steps: [(s.state_key, s.action, s.reward, s.next_state_key, s.done) for s in steps]
     assert real(sim_steps) == real(plain_steps)
     assert len(sim_steps) >= 2, "the plan should survive a few slippery steps"
     assert plain.batch["rm_scores"].sum().item() == simulated.batch["rm_scores"].sum().item()
     # Every real step ran N=3 branches of up to H=2 steps and refined its knowledge.
-    assert all(0 < s["simulated_steps"] <= 6 for s in sim_steps)
-    assert all(s["refined_knowledge"] == "refined: the ice slips sideways" for s in sim_steps)
+    assert all(0 < s.simulated_steps <= 6 for s in sim_steps)
+    assert all(s.refined_knowledge == "refined: the ice slips sideways" for s in sim_steps)
     assert len(policy.refine_prompts) == len(sim_steps)
     assert "Branch 1:" in policy.refine_prompts[0] and "Step 1: action" in policy.refine_prompts[0]
     pairs = simulated.non_tensor_batch["skl_distill_pairs"][0]
@@ -89,10 +89,10 @@ def test_simulations_do_not_change_the_real_trajectory(tmp_path, tiny_model_dir,
 def test_self_simulation_is_trained_in_the_trace_with_at_most_n_distinct_root_candidates(tmp_path, tiny_model_dir, monkeypatch):
     simulated, policy = play(tmp_path, tiny_model_dir, "skl_rl", monkeypatch)
     steps = simulated.non_tensor_batch["skl_knowledge_steps"][0]
-    assert steps and all(s["root_candidates"] == ["right", "down", "up"] for s in steps)
+    assert steps and all(s.root_candidates == ["right", "down", "up"] for s in steps)
     assert list(simulated.non_tensor_batch["skl_root_candidates"][0]) == [3] * len(steps)
     # Branches that were still running after step 1 asked the policy for their next move (H = 2).
-    assert len(policy.branch_requests) == sum(s["simulated_steps"] - 3 for s in steps) > 0
+    assert len(policy.branch_requests) == sum(s.simulated_steps - 3 for s in steps) > 0
     assert "it began with right" in policy.branch_requests[0]
     tok = policy.tokenizer
     response, mask = simulated.batch["responses"][0], simulated.batch["response_mask"][0].bool()
@@ -108,7 +108,7 @@ def test_self_simulation_is_trained_in_the_trace_with_at_most_n_distinct_root_ca
     # step matches the episode played without simulation.
     completed = [s for s in steps if "action" in s]
     plain, _ = play(tmp_path / "plain", tiny_model_dir, "skl_stateful", monkeypatch)
-    real = lambda st: [(s["state_key"], s["action"], s["next_state_key"]) for s in st]
+    real = lambda st: [(s.state_key, s.action, s.next_state_key) for s in st]
     assert len(completed) >= 2 and real(completed) == real(plain.non_tensor_batch["skl_knowledge_steps"][0])[: len(completed)]
 
 

@@ -81,7 +81,7 @@ def test_registered_loss_and_term_weights_give_the_hand_computed_value():
 
     from verl.trainer.ppo import core_algos
 
-    from skl_verl.trainer.estimators import TERM_WEIGHT_FNS
+    from skl_verl.trainer.registry import TERM_WEIGHT_FNS
 
     new = torch.tensor([[-1.0, -0.5], [-0.3, -0.7], [-2.0, -2.0]])
     old = torch.tensor([[-1.2, -0.5], [-5.0, -5.0], [-1.0, -1.0]])

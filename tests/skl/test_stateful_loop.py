@@ -35,13 +35,13 @@ def test_knowledge_then_action_every_step(tmp_path, tiny_model_dir):
     steps = out.non_tensor_batch["skl_knowledge_steps"][0]
     env = make_env("frozenlake", **ENV_KWARGS)
     env.reset(env.tasks()[0].task_id)
-    assert [s["state_key"] for s in steps][0] == env.state_key()
-    assert [s["knowledge"] for s in steps] == [f"state {i}: the goal is down-right" for i in range(4)]
-    assert len({s["state_key"] for s in steps}) == 4 and not any(s["prefilled"] for s in steps)
+    assert [s.state_key for s in steps][0] == env.state_key()
+    assert [s.knowledge for s in steps] == [f"state {i}: the goal is down-right" for i in range(4)]
+    assert len({s.state_key for s in steps}) == 4 and not any(s.prefilled for s in steps)
     # Each step is a full transition for the replay buffer.
-    assert [s["action"] for s in steps] == WIN
-    assert [s["next_state_key"] for s in steps[:-1]] == [s["state_key"] for s in steps[1:]]
-    assert [s["reward"] for s in steps] == [0.0, 0.0, 0.0, 1.0] and steps[-1]["done"]
+    assert [s.action for s in steps] == WIN
+    assert [s.next_state_key for s in steps[:-1]] == [s.state_key for s in steps[1:]]
+    assert [s.reward for s in steps] == [0.0, 0.0, 0.0, 1.0] and steps[-1].done
     mask = out.batch["response_mask"][0].bool()
     trained = tok.decode(out.batch["responses"][0][mask], skip_special_tokens=True)
     assert trained == "".join(interleave(knowledge, WIN))
@@ -52,7 +52,7 @@ def test_missing_knowledge_tag_is_a_penalised_format_error(tmp_path, tiny_model_
     knowledge = ["I have no idea"] + [f"<knowledge>k{i}</knowledge>" for i in range(3)]
     out, _ = rollout(tmp_path, tiny_model_dir, interleave(knowledge, WIN), rows=stateful_rows(), overrides=LONG)
     steps = out.non_tensor_batch["skl_knowledge_steps"][0]
-    assert "no <knowledge>" in steps[0]["knowledge_error"] and steps[1]["knowledge_error"] == ""
+    assert "no <knowledge>" in steps[0].knowledge_error and steps[1].knowledge_error == ""
     assert out.non_tensor_batch["skl_invalid_format_turns"][0] == 1
     assert out.batch["rm_scores"].sum().item() == pytest.approx(1.0 - 0.1)
 
@@ -69,7 +69,7 @@ def test_prefilled_knowledge_is_the_policys_own_trained_turn(tmp_path, tiny_mode
     steps = out.non_tensor_batch["skl_knowledge_steps"][0]
     assert {k: steps[0][k] for k in ("state_key", "prefilled", "knowledge_error", "knowledge")} == {
         "state_key": start_key, "prefilled": True, "knowledge_error": "", "knowledge": refined}
-    assert not any(s["prefilled"] for s in steps[1:])
+    assert not any(s.prefilled for s in steps[1:])
     response, mask = out.batch["responses"][0], out.batch["response_mask"][0]
     assert f"<knowledge>{refined}</knowledge>" in tok.decode(response[mask.bool()], skip_special_tokens=True)
     assert refined not in tok.decode(response[mask == 0], skip_special_tokens=True)

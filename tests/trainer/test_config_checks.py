@@ -215,3 +215,36 @@ def test_no_recipe_config_restates_an_estimator_default():
             declared = declared_options(spec.options) if spec.options else {}
             restated = sorted(k for k, v in section.items() if k in declared and v == declared[k].default)
             assert not restated, f"{path.relative_to(root)}: algorithm.{name} restates the defaults of {restated}"
+
+
+def out_of_range(option):
+    """A value the declaration refuses, or None when every value of its type is allowed."""
+    if option.choices:
+        return "not-a-choice"
+    if option.low is not None:
+        return type(option.low)(option.low) if option.low_open else option.kind(option.low - 1)
+    if option.high is not None:
+        return option.kind(option.high + 1)
+    return None
+
+
+def test_the_config_check_and_the_loop_refuse_the_same_values():
+    """One declaration read by both: a value out of an option's range stops the config check and the loop's
+    own constructor alike (a loop built by hand, outside skl_verl.main)."""
+    from skl_verl.options import declared_options
+    from skl_verl.trainer.loop_checks import check_loop_entry, loop_class
+    from skl_verl.trainer.registry import AGENT_LOOPS
+
+    checked = 0
+    for target in sorted({entry["_target_"] for entry in AGENT_LOOPS.values()}):
+        cls = loop_class(target)
+        for key, option in declared_options(cls).items():
+            bad = out_of_range(option)
+            if bad is None:
+                continue
+            with pytest.raises(ConfigError, match=rf"\.{key} is {bad!r}"):
+                check_loop_entry("loops.yaml: agent loop 'x'", {"_target_": target, key: bad})
+            with pytest.raises(ConfigError, match=rf"{key} is {bad!r}: it must be"):
+                cls(**{key: bad})  # refused before anything is built
+            checked += 1
+    assert checked >= 20
