@@ -328,10 +328,21 @@ async def _receive(conn: Connection, timeout_s: float) -> Any:
         loop.remove_reader(conn.fileno())
 
 
-def _receive_blocking(conn: Connection, timeout_s: float) -> Any:
+async def _receive_blocking(conn: Connection, timeout_s: float) -> Any:
+    """``_receive`` for a thread without an event loop: blocks, never suspends (see ``_run_now``)."""
     if not conn.poll(max(timeout_s, 0.0)):
         raise asyncio.TimeoutError
     return conn.recv()
+
+
+def _run_now(coroutine: Any) -> Any:
+    """Run a coroutine that never suspends to its end on this thread, without an event loop."""
+    try:
+        coroutine.send(None)
+    except StopIteration as finished:
+        return finished.value
+    coroutine.close()
+    raise RuntimeError("a blocking env call suspended")
 
 
 # ------------------------------------------------------------------------------------ client
@@ -413,7 +424,7 @@ class EnvWorkerClient(TextEnv):
         except InvalidEnvResult as exc:
             raise self._fail(worker, call, f"returned an invalid result: {exc}") from None
 
-    # -------------------------------------------------------------- async path (agent loops)
+    # -------------------------------------------------------------- calls
 
     async def call(self, method: str, *args: Any, timeout_s: float, **kwargs: Any) -> Any:
         """``env.method(*args, **kwargs)`` in the worker, awaited; ``timeout_s`` counts its execution."""
@@ -422,41 +433,13 @@ class EnvWorkerClient(TextEnv):
         if not worker.lock.acquire(blocking=False):
             raise RuntimeError(f"{self.name}: {call} while another call to the same env is running")
         try:
-            if not worker.ready:
-                await self._await_start(worker)
-            call_id = next(worker.calls)
-            try:
-                worker.conn.send((call_id, method, args, kwargs))
-                reply = await _receive(worker.conn, timeout_s)
-            except asyncio.TimeoutError:
-                raise self._fail(worker, call, f"timed out after {timeout_s:g} s") from None
-            except (EOFError, OSError) as exc:
-                raise self._fail(worker, call, f"lost its worker process ({_exit_text(worker, exc)})") from None
-            except asyncio.CancelledError:  # the episode itself was cancelled: its env must not run on
-                self._fail(worker, call, "was cancelled")
-                raise
-            return self._reply_value(worker, call_id, method, call, reply)
+            return await self._exchange(worker, call, (method, args, kwargs), timeout_s, _receive)
         finally:
             worker.release()
 
-    async def _await_start(self, worker: _Worker) -> None:
-        call = f"make_env({self.name!r})"
-        try:
-            status, report = await _receive(worker.conn, self.start_timeout_s)
-        except asyncio.TimeoutError:
-            raise self._fail(worker, call, f"timed out after {self.start_timeout_s:g} s") from None
-        except (EOFError, OSError) as exc:
-            raise self._fail(worker, call, f"lost its worker process ({_exit_text(worker, exc)})") from None
-        except asyncio.CancelledError:
-            self._fail(worker, call, "was cancelled")
-            raise
-        if status != "ready":
-            raise self._start_failure(worker, report)
-        worker.ready = True
-
-    # -------------------------------------------------------------- sync path (code in threads)
-
     def _call_blocking(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """The synchronous protocol methods: ``call``'s exchange on this thread, bounded by the
+        ``CallScope`` it runs in (else ``call_timeout_s``)."""
         call = format_call(method, args, kwargs)
         if _on_event_loop_thread():
             raise RuntimeError(
@@ -470,36 +453,52 @@ class EnvWorkerClient(TextEnv):
         worker = self._current_worker()
         if scope is not None:
             scope.enter(worker)
+        # Threads may share a client (a simulation's branches), so a busy worker is waited for here,
+        # where ``call`` (one episode per env) treats it as a bug.
         if not worker.lock.acquire(timeout=max(timeout_s, 0.0)):
             raise self._fail(worker, call, f"timed out after {timeout_s:g} s waiting for a concurrent call")
         try:
-            if not worker.ready:
-                try:
-                    status, report = _receive_blocking(worker.conn, self.start_timeout_s)
-                except asyncio.TimeoutError:
-                    raise self._fail(worker, f"make_env({self.name!r})", f"timed out after {self.start_timeout_s:g} s") from None
-                except (EOFError, OSError) as exc:
-                    raise self._fail(worker, f"make_env({self.name!r})", f"lost its worker process ({_exit_text(worker, exc)})") from None
-                if status != "ready":
-                    raise self._start_failure(worker, report)
-                worker.ready = True
-                timeout_s = scope.remaining_s() if scope is not None else self.call_timeout_s
-            call_id = next(worker.calls)
-            if scope is not None:
-                scope.in_flight = call
-            try:
-                worker.conn.send((call_id, method, args, kwargs))
-                reply = _receive_blocking(worker.conn, timeout_s)
-            except asyncio.TimeoutError:
-                raise self._fail(worker, call, f"timed out after {max(timeout_s, 0):g} s") from None
-            except (EOFError, OSError) as exc:
-                raise self._fail(worker, call, f"lost its worker process ({_exit_text(worker, exc)})") from None
-            finally:
-                if scope is not None:
-                    scope.in_flight = None
-            return self._reply_value(worker, call_id, method, call, reply)
+            return _run_now(self._exchange(worker, call, (method, args, kwargs), max(timeout_s, 0.0),
+                                           _receive_blocking, scope))
         finally:
             worker.release()
+
+    async def _exchange(self, worker: _Worker, call: str, request: tuple, timeout_s: float,
+                        receive: Callable[[Connection, float], Any], scope: CallScope | None = None) -> Any:
+        """Start the worker if it is new, then make one call: both ``call`` and ``_call_blocking`` come
+        here, with ``receive`` awaiting the event loop's reader or polling the socket (a blocking
+        receive never suspends, so ``_run_now`` runs this to its end on the calling thread)."""
+        if not worker.ready:
+            status, report = await self._guarded(worker, f"make_env({self.name!r})", receive, None, self.start_timeout_s)
+            if status != "ready":
+                raise self._start_failure(worker, report)
+            worker.ready = True
+            if scope is not None:  # the start used part of the scope's time
+                timeout_s = max(scope.remaining_s(), 0.0)
+        call_id = next(worker.calls)
+        if scope is not None:
+            scope.in_flight = call
+        try:
+            reply = await self._guarded(worker, call, receive, (call_id, *request), timeout_s)
+        finally:
+            if scope is not None:
+                scope.in_flight = None
+        return self._reply_value(worker, call_id, request[0], call, reply)
+
+    async def _guarded(self, worker: _Worker, call: str, receive: Callable[[Connection, float], Any],
+                       message: tuple | None, timeout_s: float) -> Any:
+        """Send ``message`` (if any) and receive the worker's answer; every way that fails kills the worker."""
+        try:
+            if message is not None:
+                worker.conn.send(message)
+            return await receive(worker.conn, timeout_s)
+        except asyncio.TimeoutError:
+            raise self._fail(worker, call, f"timed out after {timeout_s:g} s") from None
+        except (EOFError, OSError) as exc:
+            raise self._fail(worker, call, f"lost its worker process ({_exit_text(worker, exc)})") from None
+        except asyncio.CancelledError:  # the episode itself was cancelled: its env must not run on
+            self._fail(worker, call, "was cancelled")
+            raise
 
     # -------------------------------------------------------------- TextEnv protocol
 
