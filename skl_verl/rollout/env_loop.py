@@ -143,7 +143,6 @@ def render_turn(observation: str, actions: list[str] | str) -> str:
     return f"{observation}\n\nAdmissible actions: {', '.join(actions)}"
 
 
-
 @register("skl_env")
 class EnvAgentLoop(AgentLoopBase):
     """Options come from the agent-loop YAML entry (hydra passes extra keys to ``__init__``)."""
