@@ -256,10 +256,19 @@ class EnvAgentLoop(DeclaredOptions, AgentLoopBase):
             episode.response_logprobs = [0.0] if sampling_params.get("logprobs") else None
             return episode
         if self.sample_granularity == "step":
-            await self._play_steps(env, episode, sampling_params, system_prompt, preamble, request_id, timing)
-            return episode
-        stream = TokenStream(messages, list(prompt_ids), [], [] if sampling_params.get("logprobs") else None)
-        context = TurnContext(env, stream, request_id, sampling_params, timing)
+            turns: _EpisodeTurns | _StepTurns = _StepTurns(
+                self, env, sampling_params, request_id, timing, system_prompt, preamble, first_turn
+            )
+        else:
+            stream = TokenStream(messages, list(prompt_ids), [], [] if sampling_params.get("logprobs") else None)
+            turns = _EpisodeTurns(self, TurnContext(env, stream, request_id, sampling_params, timing))
+        await self._play_turns(turns, episode)
+        episode.metrics = {"generate_s": timing.get("generate_sequences", 0.0), "env_s": timing.get("env_step", 0.0)}
+        return episode
+
+    async def _play_turns(self, turns: "_EpisodeTurns | _StepTurns", episode: EpisodeResult) -> None:
+        """The turns of an episode in either sample mode: the turn cap, truncation and env failures are
+        handled here only; ``turns`` says how a reply is generated and what a turn leaves behind."""
         done = False
         while not done:
             if episode.turns >= self.max_turns:
@@ -267,71 +276,21 @@ class EnvAgentLoop(DeclaredOptions, AgentLoopBase):
                 break
             episode.turns += 1
             try:
-                text = await self.policy_turn(context, episode)
+                text = await turns.reply(episode)
                 if text is None:
                     episode.truncated = True
                     break
-                feedback, done = await self._act(env, text, episode, timing)
+                feedback, done = await turns.act(text, episode)
                 episode.transcript.append((text, feedback))
-                await self.after_step(context, episode, text, done)
+                await turns.record(episode, text, done)
             except EnvCallFailed as exc:  # the env is gone: a flagged, zero-reward sample
                 episode.failed = str(exc)
                 logger.warning("episode failed: %s", episode.failed)
                 break
-            if not done and not await self.add_context(stream, "user", feedback):
+            if not done and not await turns.next_turn(feedback):
                 episode.truncated = True
                 break
-        episode.response_ids = stream.token_ids[len(stream.token_ids) - len(stream.response_mask) :]
-        episode.prompt_ids = stream.token_ids[: len(stream.token_ids) - len(stream.response_mask)]
-        episode.response_mask = stream.response_mask
-        episode.response_logprobs = stream.logprobs
-        episode.weight_versions = stream.weight_versions
-        episode.metrics = {"generate_s": timing.get("generate_sequences", 0.0), "env_s": timing.get("env_step", 0.0)}
-        return episode
-
-    async def _play_steps(
-        self,
-        env: TextEnv,
-        episode: EpisodeResult,
-        sampling_params: dict[str, Any],
-        system_prompt: str,
-        preamble: str,
-        request_id: str,
-        timing: dict[str, float],
-    ) -> None:
-        """Step mode: every policy turn is generated from a fresh prompt (``step_messages``) and
-        becomes its own sample with the whole per-action budget (``max_tokens_per_turn`` or the
-        response length)."""
-        max_tokens = min(self.response_length, self.max_tokens_per_turn or self.response_length)
-        current, done = episode.task_text, False
-        while not done:
-            if episode.turns >= self.max_turns:
-                episode.truncated = True
-                break
-            episode.turns += 1
-            prompt_ids = await self._fitting_step_prompt(system_prompt, preamble, episode, current)
-            with simple_timer("generate_sequences", timing):
-                output = await self.server_manager.generate(
-                    request_id=request_id, prompt_ids=prompt_ids, sampling_params={**sampling_params, "max_tokens": max_tokens}
-                )
-            response_ids = list(output.token_ids)[: self.response_length]
-            text = self.tokenizer.decode(response_ids, skip_special_tokens=True)
-            invalid_before = episode.invalid_format_turns
-            try:
-                # GiGPO's anchor state: where this step acts from.
-                anchor, reward_before = await self._env_call(timing, env.state_key), self._reward_so_far(episode)
-                current, done = await self._act(env, text, episode, timing)
-            except EnvCallFailed as exc:  # the env is gone: a flagged, zero-reward sample
-                episode.failed = str(exc)
-                logger.warning("episode failed: %s", episode.failed)
-                break
-            episode.transcript.append((text, current))
-            logprobs = list(output.log_probs)[: len(response_ids)] if sampling_params.get("logprobs") and output.log_probs else None
-            episode.step_samples.append(StepSample(prompt_ids, response_ids, logprobs, weight_versions(output),
-                                                   invalid_format=episode.invalid_format_turns > invalid_before,
-                                                   anchor_state=anchor, reward=self._reward_so_far(episode) - reward_before))
-            episode.weight_versions.extend(weight_versions(output))
-        episode.metrics = {"generate_s": timing.get("generate_sequences", 0.0), "env_s": timing.get("env_step", 0.0)}
+        turns.finish(episode)
 
     def _reward_so_far(self, episode: EpisodeResult) -> float:
         """The trial's reward before format penalties if it ended now (``reward_fn`` of the return and
@@ -509,6 +468,78 @@ class EnvAgentLoop(DeclaredOptions, AgentLoopBase):
             metrics=AgentLoopMetrics(generate_sequences=episode.metrics.get("generate_s", 0.0)),
             extra_fields=extra,
         )
+
+
+class _EpisodeTurns:
+    """Episode mode: every turn extends one token stream (``policy_turn``, then the env's feedback as
+    masked context), which becomes the episode's one sample."""
+
+    def __init__(self, loop: EnvAgentLoop, context: TurnContext) -> None:
+        self.loop, self.context = loop, context
+
+    async def reply(self, episode: EpisodeResult) -> str | None:
+        return await self.loop.policy_turn(self.context, episode)
+
+    async def act(self, text: str, episode: EpisodeResult) -> tuple[str, bool]:
+        return await self.loop._act(self.context.env, text, episode, self.context.timing)
+
+    async def record(self, episode: EpisodeResult, text: str, done: bool) -> None:
+        await self.loop.after_step(self.context, episode, text, done)
+
+    async def next_turn(self, feedback: str) -> bool:
+        return await self.loop.add_context(self.context.stream, "user", feedback)
+
+    def finish(self, episode: EpisodeResult) -> None:
+        stream = self.context.stream
+        split = len(stream.token_ids) - len(stream.response_mask)
+        episode.prompt_ids, episode.response_ids = stream.token_ids[:split], stream.token_ids[split:]
+        episode.response_mask, episode.response_logprobs = stream.response_mask, stream.logprobs
+        episode.weight_versions = stream.weight_versions
+
+
+class _StepTurns:
+    """Step mode: every turn is generated from a fresh prompt (``step_messages``) with the whole
+    per-action budget (``max_tokens_per_turn`` or the response length) and becomes its own
+    ``StepSample``."""
+
+    def __init__(self, loop: EnvAgentLoop, env: TextEnv, sampling_params: dict[str, Any], request_id: str,
+                 timing: dict[str, float], system_prompt: str, preamble: str, first_turn: str) -> None:
+        self.loop, self.env, self.sampling_params, self.request_id, self.timing = loop, env, sampling_params, request_id, timing
+        self.system_prompt, self.preamble, self.current = system_prompt, preamble, first_turn
+        self.max_tokens = min(loop.response_length, loop.max_tokens_per_turn or loop.response_length)
+
+    async def reply(self, episode: EpisodeResult) -> str:
+        loop = self.loop
+        self.prompt_ids = await loop._fitting_step_prompt(self.system_prompt, self.preamble, episode, self.current)
+        with simple_timer("generate_sequences", self.timing):
+            self.output = await loop.server_manager.generate(
+                request_id=self.request_id, prompt_ids=self.prompt_ids,
+                sampling_params={**self.sampling_params, "max_tokens": self.max_tokens},
+            )
+        self.response_ids = list(self.output.token_ids)[: loop.response_length]
+        return loop.tokenizer.decode(self.response_ids, skip_special_tokens=True)
+
+    async def act(self, text: str, episode: EpisodeResult) -> tuple[str, bool]:
+        self.invalid_before = episode.invalid_format_turns
+        # GiGPO's anchor state: where this step acts from.
+        self.anchor = await self.loop._env_call(self.timing, self.env.state_key)
+        self.reward_before = self.loop._reward_so_far(episode)
+        return await self.loop._act(self.env, text, episode, self.timing)
+
+    async def record(self, episode: EpisodeResult, text: str, done: bool) -> None:
+        output, response_ids = self.output, self.response_ids
+        logprobs = list(output.log_probs)[: len(response_ids)] if self.sampling_params.get("logprobs") and output.log_probs else None
+        episode.step_samples.append(StepSample(self.prompt_ids, response_ids, logprobs, weight_versions(output),
+                                               invalid_format=episode.invalid_format_turns > self.invalid_before,
+                                               anchor_state=self.anchor, reward=self.loop._reward_so_far(episode) - self.reward_before))
+        episode.weight_versions.extend(weight_versions(output))
+
+    async def next_turn(self, feedback: str) -> bool:
+        self.current = feedback
+        return True
+
+    def finish(self, episode: EpisodeResult) -> None:
+        """Each turn already left its sample."""
 
 
 VERL_EXTRA_DEFAULTS = {"turn_scores": [], "tool_rewards": [], "reward_extra_info": {}}

@@ -18,7 +18,8 @@ Ray node with CPUs (``rollout.agent.num_workers``).
 ``guarded_call``), which uses the event loop's reader on the worker's socket (no thread pool, so no
 queue in front of the timeout: the timeout counts the call's execution). The synchronous protocol
 methods serve code running in a thread (``simulate_branches``); on a thread that runs an event loop
-they raise, since they would stall every episode of that loop.
+they raise, since they would stall every episode of that loop. Both kinds of call run the same
+exchange with the worker (``_exchange``); only how they wait for its answer differs.
 
 A call that times out, raises (``BaseException`` included), loses its worker or returns a result that
 breaks the protocol (``check_result``) kills the worker and raises ``EnvCallFailed`` naming the call and
@@ -34,15 +35,9 @@ import asyncio
 import atexit
 import contextvars
 import importlib
-import itertools
 import logging
 import math
 import numbers
-import os
-import signal
-import socket
-import subprocess
-import sys
 import threading
 import time
 import weakref
@@ -52,7 +47,7 @@ from typing import Any
 
 from envs import ENV_CLASSES
 from envs.base import StepResult, TaskSpec, TextEnv
-from skl_verl.rollout.env_worker import ErrorReport
+from skl_verl.rollout.env_worker import ErrorReport, WorkerProcess
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +55,6 @@ DEFAULT_CALL_TIMEOUT_S = 60.0
 """For synchronous calls outside a ``CallScope`` (loops pass ``env_step_timeout_s`` to ``call``)."""
 DEFAULT_START_TIMEOUT_S = 300.0
 """Building an env: importing its engine, indexing a split (ALFWorld), starting a JVM (ScienceWorld)."""
-CLOSE_GRACE_S = 5.0
 
 
 class EnvCallFailed(Exception):
@@ -159,13 +153,13 @@ class CallScope:
         self.failure: str | None = None
         self.in_flight: str | None = None
         """The env call the scope's thread is waiting for, named when the scope times out."""
-        self._workers: list[_Worker] = []
+        self._workers: list[WorkerProcess] = []
         self._lock = threading.Lock()
 
     def remaining_s(self) -> float:
         return self.deadline - time.monotonic()
 
-    def enter(self, worker: "_Worker") -> None:
+    def enter(self, worker: WorkerProcess) -> None:
         with self._lock:
             if self.failure is None:
                 self._workers.append(worker)
@@ -184,120 +178,7 @@ class CallScope:
 _SCOPE: contextvars.ContextVar[CallScope | None] = contextvars.ContextVar("skl_env_call_scope", default=None)
 
 
-# ------------------------------------------------------------------------------------ worker process
-
-
-class _Worker:
-    """One worker process and its socket. Dead once killed, closed, or its process exited."""
-
-    _ids = itertools.count()
-
-    def __init__(self, env_class: str, kwargs: dict[str, Any]) -> None:
-        parent, child = socket.socketpair()
-        env = dict(os.environ)
-        # The worker imports what this process imports (tests register env classes from test modules).
-        env["PYTHONPATH"] = os.pathsep.join(p or os.getcwd() for p in sys.path)
-        try:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "skl_verl.rollout.env_worker", str(child.fileno())],
-                pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL, start_new_session=True, env=env,
-            )
-        finally:
-            child.close()
-        self.conn = Connection(parent.detach())
-        self.conn.send({"env_class": env_class, "kwargs": kwargs, "parent_pid": os.getpid()})
-        self.lock = threading.Lock()
-        self.ready = False
-        self.dead = False
-        self.calls = itertools.count()
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def alive(self) -> bool:
-        return not self.dead and self.exit_status() is None
-
-    def exit_status(self, timeout_s: float = 0.0) -> int | None:
-        """The worker's exit status (``-signal`` if killed), None while it runs, without reaping it.
-
-        An unreaped (zombie) worker keeps its pid, which is its process-group id, reserved: the
-        ``killpg`` that follows can then only reach the env's own processes, never an unrelated
-        process that was given a recycled pid (pid_max is 32768 on many machines)."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                info = os.waitid(os.P_PID, self.proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-            except ChildProcessError:  # already reaped by Popen
-                return self.proc.returncode
-            if info is not None:
-                return info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
-            if time.monotonic() >= deadline:
-                return None
-            time.sleep(0.01)
-
-    def _kill_group(self) -> None:
-        if self.proc.returncode is not None:  # reaped: the pid may belong to someone else by now
-            return
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-
-    def kill(self) -> None:
-        """SIGKILL the process group (the env's own children too), then reap it. The socket is closed by
-        whoever holds ``lock`` (``release``): closing it under a thread still polling it is unsafe."""
-        if not self.dead:
-            self.dead = True
-            self._kill_group()
-            try:
-                self.proc.wait(timeout=CLOSE_GRACE_S)
-            except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL is not ignorable
-                logger.error("env worker %d did not die after SIGKILL", self.proc.pid)
-        if self.lock.acquire(blocking=False):
-            self.release()
-
-    def release(self) -> None:
-        """Give up ``lock`` after a call; a dead worker's socket is closed here."""
-        if self.dead:
-            self.conn.close()
-        self.lock.release()
-
-    def close(self) -> None:
-        """Ask the env to close (JVMs, engines), then make sure the process group is gone."""
-        if self.dead:
-            return
-        if self.ready and self.lock.acquire(timeout=CLOSE_GRACE_S):
-            try:
-                self.conn.send((next(self.calls), "close", (), {}))
-                if self.conn.poll(CLOSE_GRACE_S):  # closed: the worker exits right after replying
-                    self.conn.recv()
-                    self.exit_status(CLOSE_GRACE_S)
-            except (OSError, EOFError):
-                pass
-            finally:
-                self.dead = True  # stopped on its own, or killed just below
-                self._kill_group()
-                self.proc.wait()
-                self.release()
-            return
-        self.kill()
-
-    def rss_mb(self) -> float:
-        """Resident memory of the worker's process group (its JVM or engine included), from /proc."""
-        total = 0
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
-                continue
-            try:
-                with open(f"/proc/{entry}/stat") as handle:
-                    if int(handle.read().rsplit(")", 1)[1].split()[2]) != self.proc.pid:  # process group
-                        continue
-                with open(f"/proc/{entry}/statm") as handle:
-                    total += int(handle.read().split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-        return total * os.sysconf("SC_PAGE_SIZE") / 2**20
+# ------------------------------------------------------------------------------------ transport
 
 
 def _on_event_loop_thread() -> bool:
@@ -328,10 +209,21 @@ async def _receive(conn: Connection, timeout_s: float) -> Any:
         loop.remove_reader(conn.fileno())
 
 
-def _receive_blocking(conn: Connection, timeout_s: float) -> Any:
+async def _receive_blocking(conn: Connection, timeout_s: float) -> Any:
+    """``_receive`` for a thread without an event loop: blocks, never suspends (see ``_run_now``)."""
     if not conn.poll(max(timeout_s, 0.0)):
         raise asyncio.TimeoutError
     return conn.recv()
+
+
+def _run_now(coroutine: Any) -> Any:
+    """Run a coroutine that never suspends to its end on this thread, without an event loop."""
+    try:
+        coroutine.send(None)
+    except StopIteration as finished:
+        return finished.value
+    coroutine.close()
+    raise RuntimeError("a blocking env call suspended")
 
 
 # ------------------------------------------------------------------------------------ client
@@ -351,7 +243,7 @@ class EnvWorkerClient(TextEnv):
         self.env_class, self.kwargs = env_class, dict(kwargs or {})
         self.name, self.supports_snapshot = cls.name, cls.supports_snapshot
         self.start_timeout_s, self.call_timeout_s = start_timeout_s, call_timeout_s
-        self._worker: _Worker | None = None
+        self._worker: WorkerProcess | None = None
         self._state_lock = threading.Lock()
         self.workers_started = 0
         self.last_failure: str | None = None
@@ -371,16 +263,16 @@ class EnvWorkerClient(TextEnv):
         worker = self._worker
         return worker.pid if worker is not None and worker.alive() else None
 
-    def _current_worker(self) -> _Worker:
+    def _current_worker(self) -> WorkerProcess:
         with self._state_lock:
             if self._worker is None or not self._worker.alive():
                 if self._worker is not None:
                     self._worker.kill()
-                self._worker = _Worker(self.env_class, self.kwargs)
+                self._worker = WorkerProcess(self.env_class, self.kwargs)
                 self.workers_started += 1
             return self._worker
 
-    def _fail(self, worker: _Worker, call: str, reason: str, details: str = "") -> EnvCallFailed:
+    def _fail(self, worker: WorkerProcess, call: str, reason: str, details: str = "") -> EnvCallFailed:
         worker.kill()
         with self._state_lock:
             if self._worker is worker:
@@ -393,14 +285,14 @@ class EnvWorkerClient(TextEnv):
                        f"\n{details}" if details else "")
         return EnvCallFailed(call, reason, details)
 
-    def _start_failure(self, worker: _Worker, report: ErrorReport) -> Exception:
+    def _start_failure(self, worker: WorkerProcess, report: ErrorReport) -> Exception:
         call = f"make_env({self.name!r})"
         if report.config_error:
             self._fail(worker, call, f"raised {report.type_name}", report.traceback)
             return EnvConfigError(f"{self.name}: could not build the env ({report.type_name}: {report.message})")
         return self._fail(worker, call, f"raised {report.type_name}: {report.message[:500]}", report.traceback)
 
-    def _reply_value(self, worker: _Worker, call_id: int, method: str, call: str, reply: Any) -> Any:
+    def _reply_value(self, worker: WorkerProcess, call_id: int, method: str, call: str, reply: Any) -> Any:
         reply_id, status, value = reply
         if reply_id != call_id:  # cannot happen with one call at a time; never trust a stray reply
             raise self._fail(worker, call, f"got the reply to call {reply_id}, expected {call_id}")
@@ -413,7 +305,7 @@ class EnvWorkerClient(TextEnv):
         except InvalidEnvResult as exc:
             raise self._fail(worker, call, f"returned an invalid result: {exc}") from None
 
-    # -------------------------------------------------------------- async path (agent loops)
+    # -------------------------------------------------------------- calls
 
     async def call(self, method: str, *args: Any, timeout_s: float, **kwargs: Any) -> Any:
         """``env.method(*args, **kwargs)`` in the worker, awaited; ``timeout_s`` counts its execution."""
@@ -422,41 +314,13 @@ class EnvWorkerClient(TextEnv):
         if not worker.lock.acquire(blocking=False):
             raise RuntimeError(f"{self.name}: {call} while another call to the same env is running")
         try:
-            if not worker.ready:
-                await self._await_start(worker)
-            call_id = next(worker.calls)
-            try:
-                worker.conn.send((call_id, method, args, kwargs))
-                reply = await _receive(worker.conn, timeout_s)
-            except asyncio.TimeoutError:
-                raise self._fail(worker, call, f"timed out after {timeout_s:g} s") from None
-            except (EOFError, OSError) as exc:
-                raise self._fail(worker, call, f"lost its worker process ({_exit_text(worker, exc)})") from None
-            except asyncio.CancelledError:  # the episode itself was cancelled: its env must not run on
-                self._fail(worker, call, "was cancelled")
-                raise
-            return self._reply_value(worker, call_id, method, call, reply)
+            return await self._exchange(worker, call, (method, args, kwargs), timeout_s, _receive)
         finally:
             worker.release()
 
-    async def _await_start(self, worker: _Worker) -> None:
-        call = f"make_env({self.name!r})"
-        try:
-            status, report = await _receive(worker.conn, self.start_timeout_s)
-        except asyncio.TimeoutError:
-            raise self._fail(worker, call, f"timed out after {self.start_timeout_s:g} s") from None
-        except (EOFError, OSError) as exc:
-            raise self._fail(worker, call, f"lost its worker process ({_exit_text(worker, exc)})") from None
-        except asyncio.CancelledError:
-            self._fail(worker, call, "was cancelled")
-            raise
-        if status != "ready":
-            raise self._start_failure(worker, report)
-        worker.ready = True
-
-    # -------------------------------------------------------------- sync path (code in threads)
-
     def _call_blocking(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """The synchronous protocol methods: ``call``'s exchange on this thread, bounded by the
+        ``CallScope`` it runs in (else ``call_timeout_s``)."""
         call = format_call(method, args, kwargs)
         if _on_event_loop_thread():
             raise RuntimeError(
@@ -470,36 +334,52 @@ class EnvWorkerClient(TextEnv):
         worker = self._current_worker()
         if scope is not None:
             scope.enter(worker)
+        # Threads may share a client (a simulation's branches), so a busy worker is waited for here,
+        # where ``call`` (one episode per env) treats it as a bug.
         if not worker.lock.acquire(timeout=max(timeout_s, 0.0)):
             raise self._fail(worker, call, f"timed out after {timeout_s:g} s waiting for a concurrent call")
         try:
-            if not worker.ready:
-                try:
-                    status, report = _receive_blocking(worker.conn, self.start_timeout_s)
-                except asyncio.TimeoutError:
-                    raise self._fail(worker, f"make_env({self.name!r})", f"timed out after {self.start_timeout_s:g} s") from None
-                except (EOFError, OSError) as exc:
-                    raise self._fail(worker, f"make_env({self.name!r})", f"lost its worker process ({_exit_text(worker, exc)})") from None
-                if status != "ready":
-                    raise self._start_failure(worker, report)
-                worker.ready = True
-                timeout_s = scope.remaining_s() if scope is not None else self.call_timeout_s
-            call_id = next(worker.calls)
-            if scope is not None:
-                scope.in_flight = call
-            try:
-                worker.conn.send((call_id, method, args, kwargs))
-                reply = _receive_blocking(worker.conn, timeout_s)
-            except asyncio.TimeoutError:
-                raise self._fail(worker, call, f"timed out after {max(timeout_s, 0):g} s") from None
-            except (EOFError, OSError) as exc:
-                raise self._fail(worker, call, f"lost its worker process ({_exit_text(worker, exc)})") from None
-            finally:
-                if scope is not None:
-                    scope.in_flight = None
-            return self._reply_value(worker, call_id, method, call, reply)
+            return _run_now(self._exchange(worker, call, (method, args, kwargs), max(timeout_s, 0.0),
+                                           _receive_blocking, scope))
         finally:
             worker.release()
+
+    async def _exchange(self, worker: WorkerProcess, call: str, request: tuple, timeout_s: float,
+                        receive: Callable[[Connection, float], Any], scope: CallScope | None = None) -> Any:
+        """Start the worker if it is new, then make one call: both ``call`` and ``_call_blocking`` come
+        here, with ``receive`` awaiting the event loop's reader or polling the socket (a blocking
+        receive never suspends, so ``_run_now`` runs this to its end on the calling thread)."""
+        if not worker.ready:
+            status, report = await self._guarded(worker, f"make_env({self.name!r})", receive, None, self.start_timeout_s)
+            if status != "ready":
+                raise self._start_failure(worker, report)
+            worker.ready = True
+            if scope is not None:  # the start used part of the scope's time
+                timeout_s = max(scope.remaining_s(), 0.0)
+        call_id = next(worker.calls)
+        if scope is not None:
+            scope.in_flight = call
+        try:
+            reply = await self._guarded(worker, call, receive, (call_id, *request), timeout_s)
+        finally:
+            if scope is not None:
+                scope.in_flight = None
+        return self._reply_value(worker, call_id, request[0], call, reply)
+
+    async def _guarded(self, worker: WorkerProcess, call: str, receive: Callable[[Connection, float], Any],
+                       message: tuple | None, timeout_s: float) -> Any:
+        """Send ``message`` (if any) and receive the worker's answer; every way that fails kills the worker."""
+        try:
+            if message is not None:
+                worker.conn.send(message)
+            return await receive(worker.conn, timeout_s)
+        except asyncio.TimeoutError:
+            raise self._fail(worker, call, f"timed out after {timeout_s:g} s") from None
+        except (EOFError, OSError) as exc:
+            raise self._fail(worker, call, f"lost its worker process ({worker.exit_text(exc)})") from None
+        except asyncio.CancelledError:  # the episode itself was cancelled: its env must not run on
+            self._fail(worker, call, "was cancelled")
+            raise
 
     # -------------------------------------------------------------- TextEnv protocol
 
@@ -543,8 +423,7 @@ class EnvWorkerClient(TextEnv):
 
     def close(self) -> None:
         """Close the env in its worker (graceful, a few seconds at most) and end the worker."""
-        with self._state_lock:
-            worker, self._worker = self._worker, None
+        worker = self._detach_worker()
         if worker is not None:
             worker.close()
 
@@ -553,17 +432,14 @@ class EnvWorkerClient(TextEnv):
         threading.Thread(target=self.close, daemon=True, name=f"close {self.name} env worker").start()
 
     def kill(self) -> None:
-        with self._state_lock:
-            worker, self._worker = self._worker, None
+        worker = self._detach_worker()
         if worker is not None:
             worker.kill()
 
-
-def _exit_text(worker: _Worker, exc: BaseException) -> str:
-    code = worker.exit_status(timeout_s=1.0)  # the socket closes a moment before the process exits
-    if code is None:
-        return f"{type(exc).__name__}"
-    return f"exit code {code}" if code >= 0 else f"killed by signal {-code}"
+    def _detach_worker(self) -> WorkerProcess | None:
+        with self._state_lock:
+            worker, self._worker = self._worker, None
+        return worker
 
 
 @atexit.register

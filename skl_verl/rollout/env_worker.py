@@ -13,21 +13,32 @@ connected socket spoken to with ``multiprocessing.connection.Connection``:
 Every exception of the env, ``BaseException`` included (``SystemExit`` from Fast Downward, a stray
 ``CancelledError``), becomes an error reply; the client then kills this process. The worker exits on
 ``close``, when the client's end of the socket closes, or (watchdog) when its parent process is gone.
+
+``WorkerProcess`` is the client's side of the same process (start, kill, close, memory), kept here
+with the protocol it speaks; what a call may do and how it fails is ``env_runtime``'s.
 """
 
 from __future__ import annotations
 
 import importlib
+import itertools
+import logging
 import os
 import signal
+import socket
+import subprocess
 import sys
 import threading
 import time
 import traceback
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
+from typing import Any
+
+logger = logging.getLogger(__name__)
 
 PARENT_CHECK_INTERVAL_S = 1.0
+CLOSE_GRACE_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -108,6 +119,128 @@ def serve(conn: Connection) -> None:
             conn.send(reply)  # pickles first: an unpicklable value raises before any byte is written
         except Exception as exc:  # noqa: BLE001
             conn.send((call_id, "error", ErrorReport.of(TypeError(f"result of {method}() cannot be sent: {exc}"))))
+
+
+# ------------------------------------------------------------------------------------ client side
+
+
+class WorkerProcess:
+    """The client's handle on one worker process, started here, and its socket. Dead once killed,
+    closed, or its process exited."""
+
+    def __init__(self, env_class: str, kwargs: dict[str, Any]) -> None:
+        parent, child = socket.socketpair()
+        env = dict(os.environ)
+        # The worker imports what this process imports (tests register env classes from test modules).
+        env["PYTHONPATH"] = os.pathsep.join(p or os.getcwd() for p in sys.path)
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "skl_verl.rollout.env_worker", str(child.fileno())],
+                pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL, start_new_session=True, env=env,
+            )
+        finally:
+            child.close()
+        self.conn = Connection(parent.detach())
+        self.conn.send({"env_class": env_class, "kwargs": kwargs, "parent_pid": os.getpid()})
+        self.lock = threading.Lock()
+        self.ready = False
+        self.dead = False
+        self.calls = itertools.count()
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return not self.dead and self.exit_status() is None
+
+    def exit_status(self, timeout_s: float = 0.0) -> int | None:
+        """The worker's exit status (``-signal`` if killed), None while it runs, without reaping it.
+
+        An unreaped (zombie) worker keeps its pid, which is its process-group id, reserved: the
+        ``killpg`` that follows can then only reach the env's own processes, never an unrelated
+        process that was given a recycled pid (pid_max is 32768 on many machines)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                info = os.waitid(os.P_PID, self.proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            except ChildProcessError:  # already reaped by Popen
+                return self.proc.returncode
+            if info is not None:
+                return info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(0.01)
+
+    def exit_text(self, exc: BaseException) -> str:
+        """How the worker ended, for a call that lost it through ``exc``."""
+        code = self.exit_status(timeout_s=1.0)  # the socket closes a moment before the process exits
+        if code is None:
+            return f"{type(exc).__name__}"
+        return f"exit code {code}" if code >= 0 else f"killed by signal {-code}"
+
+    def _kill_group(self) -> None:
+        if self.proc.returncode is not None:  # reaped: the pid may belong to someone else by now
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    def kill(self) -> None:
+        """SIGKILL the process group (the env's own children too), then reap it. The socket is closed by
+        whoever holds ``lock`` (``release``): closing it under a thread still polling it is unsafe."""
+        if not self.dead:
+            self.dead = True
+            self._kill_group()
+            try:
+                self.proc.wait(timeout=CLOSE_GRACE_S)
+            except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL is not ignorable
+                logger.error("env worker %d did not die after SIGKILL", self.proc.pid)
+        if self.lock.acquire(blocking=False):
+            self.release()
+
+    def release(self) -> None:
+        """Give up ``lock`` after a call; a dead worker's socket is closed here."""
+        if self.dead:
+            self.conn.close()
+        self.lock.release()
+
+    def close(self) -> None:
+        """Ask the env to close (JVMs, engines), then make sure the process group is gone."""
+        if self.dead:
+            return
+        if self.ready and self.lock.acquire(timeout=CLOSE_GRACE_S):
+            try:
+                self.conn.send((next(self.calls), "close", (), {}))
+                if self.conn.poll(CLOSE_GRACE_S):  # closed: the worker exits right after replying
+                    self.conn.recv()
+                    self.exit_status(CLOSE_GRACE_S)
+            except (OSError, EOFError):
+                pass
+            finally:
+                self.dead = True  # stopped on its own, or killed just below
+                self._kill_group()
+                self.proc.wait()
+                self.release()
+            return
+        self.kill()
+
+    def rss_mb(self) -> float:
+        """Resident memory of the worker's process group (its JVM or engine included), from /proc."""
+        total = 0
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/stat") as handle:
+                    if int(handle.read().rsplit(")", 1)[1].split()[2]) != self.proc.pid:  # process group
+                        continue
+                with open(f"/proc/{entry}/statm") as handle:
+                    total += int(handle.read().split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+        return total * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
 def main(argv: list[str]) -> None:
