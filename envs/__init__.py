@@ -27,7 +27,7 @@ ENV_CLASSES: dict[str, str] = {
     "frozenlake": "envs.frozenlake:FrozenLakeEnv",
     "chess_puzzles": "envs.chess.env:ChessPuzzlesEnv",
     "sciworld": "envs.sciworld_env:SciWorldEnv",
-    "webshop": "envs.webshop_env:WebShopEnv",
+    "webshop": "envs.webshop.env:WebShopEnv",
 }
 
 
