@@ -299,11 +299,9 @@ def purchase_latency(sessions: int, bounded: bool, purchases: int = 5) -> float:
     site = types.ModuleType("stock_webshop_app")
     exec(STOCK_APP, site.__dict__)
     if bounded:
-        launcher: dict = {}
-        from envs.webshop_env import SERVER_LAUNCHER
+        from envs.webshop.server import bound_session_state
 
-        exec(compile(SERVER_LAUNCHER, "skl_webshop_server.py", "exec"), launcher)
-        launcher["bound_session_state"](site)
+        bound_session_state(site)
     views = site.app.view_functions
     with open(os.devnull, "w") as devnull, contextlib.redirect_stdout(devnull):
         for i in range(sessions):  # earlier episodes: each opened a session and bought

@@ -61,7 +61,8 @@ import chess  # noqa: E402
 import gymnasium  # noqa: E402
 import numpy as np  # noqa: E402
 
-from envs.chess_puzzles import ChessPuzzlesEnv, load_puzzles  # noqa: E402
+from envs.chess.data import load_puzzles  # noqa: E402
+from envs.chess.env import ChessPuzzlesEnv  # noqa: E402
 from envs.frozenlake import ACTIONS, FrozenLakeEnv  # noqa: E402
 
 EPISODE_CAP = 100  # gymnasium's max_episode_steps for FrozenLake-v1; applied to every contender

@@ -49,7 +49,8 @@ sys.path.insert(0, str(_HERE.parent))
 
 import chess  # noqa: E402
 
-from envs.chess_puzzles import ChessPuzzlesEnv, MixedBehaviourPolicy  # noqa: E402
+from envs.chess.env import ChessPuzzlesEnv  # noqa: E402
+from envs.chess.policies import MixedBehaviourPolicy  # noqa: E402
 from envs.frozenlake import ACTIONS, FrozenLakeEnv  # noqa: E402
 from skl_verl.skl.simulation import BoardPolicy, RandomPolicy, simulate_branches  # noqa: E402
 

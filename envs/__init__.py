@@ -25,9 +25,9 @@ from envs.base import (
 ENV_CLASSES: dict[str, str] = {
     "alfworld": "envs.alfworld_env:AlfWorldEnv",
     "frozenlake": "envs.frozenlake:FrozenLakeEnv",
-    "chess_puzzles": "envs.chess_puzzles:ChessPuzzlesEnv",
+    "chess_puzzles": "envs.chess.env:ChessPuzzlesEnv",
     "sciworld": "envs.sciworld_env:SciWorldEnv",
-    "webshop": "envs.webshop_env:WebShopEnv",
+    "webshop": "envs.webshop.env:WebShopEnv",
 }
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Download the ChessPuzzles file used in the paper (App. G.2): the 10k Lichess puzzles
 # published by Google DeepMind's searchless_chess project (columns include PuzzleId, Rating,
-# PGN, Moves; read by envs/chess_puzzles.py in its "PGN + Moves" form).
+# PGN, Moves; read by envs/chess/data.py in its "PGN + Moves" form).
 #
 # Usage: scripts/download_chess_puzzles.sh [OUTPUT_PATH]   (default: data/chess_puzzles/puzzles.csv)
 # Then:  make_env("chess_puzzles", csv_path="data/chess_puzzles/puzzles.csv", max_rating=1000)

@@ -132,7 +132,8 @@ def behaviour_policy(name: str, seed: int, expert_rate: float, engine_path: str 
     if name == "random":
         return RandomPolicy(seed)
     if name == "expert_mix":
-        from envs.chess_puzzles import MixedBehaviourPolicy, PooledStockfish
+        from envs.chess.engines import PooledStockfish
+        from envs.chess.policies import MixedBehaviourPolicy
 
         return BoardPolicy(MixedBehaviourPolicy(expert_rate, seed=seed, engine=PooledStockfish(engine_path)))
     raise ValueError(f"simulation_policy must be one of {SIMULATION_OPTIONS}, got {name!r}")

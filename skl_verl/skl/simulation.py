@@ -23,11 +23,6 @@ root state and ``seed``. With ``independent=False`` every branch replays the roo
 actions give equal outcomes (a pure what-if comparison of actions). Envs without RNG state in the
 snapshot (chess puzzles: the line is fixed) are unaffected; their branches differ only through the
 policy.
-
-Alignment with ``envs.chess_puzzles.simulate_from_state``: that helper is the single-branch, chess
-only special case (policy ``board -> SAN``); ``simulate_branches(env, BoardPolicy(p), 1, H)`` gives
-the same ``state_key, action, reward, done, won, observation, info`` per step, and the same
-restore-on-exit guarantee.
 """
 
 from __future__ import annotations
@@ -48,10 +43,7 @@ Policy = Callable[[TextEnv, int, int], str]
 
 @dataclass(frozen=True)
 class SimStep:
-    """One simulated step: ``action`` taken in ``state_key``, leading to ``next_state_key``.
-
-    Field names follow ``envs.chess_puzzles.SimulatedStep`` (plus ``next_state_key`` and
-    ``invalid_action``)."""
+    """One simulated step: ``action`` taken in ``state_key``, leading to ``next_state_key``."""
 
     state_key: str
     action: str

@@ -14,18 +14,12 @@ chess = pytest.importorskip("chess")
 
 from envs import make_env  # noqa: E402
 from envs.base import DependencyMissingError, EnvNotResetError, UnknownTaskError  # noqa: E402
-from envs.chess_puzzles import (  # noqa: E402
-    SAMPLE_CSV,
-    ChessPuzzlesEnv,
-    MixedBehaviourPolicy,
-    StockfishPolicy,
-    find_stockfish,
-    load_puzzles,
-    parse_puzzles,
-    simulate_from_state,
-    state_key_of,
-    train_test_split,
-)
+from envs.chess.board import state_key_of  # noqa: E402
+from envs.chess.data import SAMPLE_CSV, load_puzzles, parse_puzzles, train_test_split  # noqa: E402
+from envs.chess.engines import StockfishPolicy, find_stockfish  # noqa: E402
+from envs.chess.env import ChessPuzzlesEnv  # noqa: E402
+from envs.chess.policies import MixedBehaviourPolicy  # noqa: E402
+from skl_verl.skl.simulation import BoardPolicy, simulate_branches  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 HEADER = "PuzzleId,Rating,PGN,Solution,FEN,Moves\n"
@@ -397,7 +391,7 @@ def test_set_state_rejects_foreign_snapshots(env: ChessPuzzlesEnv) -> None:
         env.set_state({"puzzle_id": "syn001"})
 
 
-def test_simulate_from_state_restores_env(env: ChessPuzzlesEnv) -> None:
+def test_simulation_from_a_snapshot_restores_env(env: ChessPuzzlesEnv) -> None:
     task_id = mate_in_2_id(env)
     puzzle = env.puzzle(task_id)
     env.reset(task_id)
@@ -407,11 +401,12 @@ def test_simulate_from_state_restores_env(env: ChessPuzzlesEnv) -> None:
     for uci in puzzle.solution:
         solution[board.fen()] = board.san(chess.Move.from_uci(uci))
         board.push(chess.Move.from_uci(uci))
-    trace = simulate_from_state(env, lambda b: solution[b.fen()], horizon=5)
-    assert [s.reward for s in trace] == [0.0, 1.0] and trace[-1].won
+    (branch,) = simulate_branches(env, BoardPolicy(lambda b: solution[b.fen()]), n=1, horizon=5)
+    assert [s.reward for s in branch.steps] == [0.0, 1.0] and branch.won
     assert env.get_state() == snap  # restored
-    wrong_trace = simulate_from_state(env, lambda b: sorted(b.san(m) for m in b.legal_moves)[-1], horizon=5, state=snap)
-    assert len(wrong_trace) >= 1 and env.get_state() == snap
+    last_move = BoardPolicy(lambda b: sorted(b.san(m) for m in b.legal_moves)[-1])
+    (wrong,) = simulate_branches(env, last_move, n=1, horizon=5)
+    assert len(wrong.steps) >= 1 and env.get_state() == snap
 
 
 # --------------------------------------------------------------------------- CSV validation
@@ -586,12 +581,12 @@ def test_real_stockfish_finds_the_sample_mates(env: ChessPuzzlesEnv) -> None:
         policy = MixedBehaviourPolicy(1.0, seed=0, engine=engine)
         spec = next(t for t in env.tasks() if t.metadata["n_solver_moves"] == 2)
         env.reset(spec.task_id)
-        trace = simulate_from_state(env, policy, horizon=4)
-        assert trace[-1].won and [s.reward for s in trace] == [0.0, 1.0]
+        (branch,) = simulate_branches(env, BoardPolicy(policy), n=1, horizon=4)
+        assert branch.won and [s.reward for s in branch.steps] == [0.0, 1.0]
 
 
 def test_stockfish_discovery_reports_missing_binary(monkeypatch: pytest.MonkeyPatch) -> None:
-    import envs.chess_puzzles as module
+    import envs.chess.engines as module
 
     monkeypatch.delenv("STOCKFISH_PATH", raising=False)
     monkeypatch.setattr(module.shutil, "which", lambda name: None)
@@ -803,7 +798,7 @@ def test_game_options_are_checked(tmp_path: Path) -> None:
 
 
 def test_authors_rating_range_keeps_0_to_800(tmp_path: Path) -> None:
-    from envs.chess_puzzles import AUTHORS_RATING_RANGE
+    from envs.chess.data import AUTHORS_RATING_RANGE
 
     low, high = AUTHORS_RATING_RANGE
     env = ChessPuzzlesEnv(csv_path=write_csv(tmp_path, GAME_ROWS), min_rating=low, max_rating=high)

@@ -6,9 +6,10 @@ import http.client
 import pytest
 
 from envs.base import InvalidSnapshotError, UnknownTaskError
-from envs.chess_puzzles import ChessPuzzlesEnv
+from envs.chess.env import ChessPuzzlesEnv
 from envs.frozenlake import FrozenLakeEnv
-from envs.webshop_env import MAX_QUERY_CHARS, WebShopServerError
+from envs.webshop.env import MAX_QUERY_CHARS
+from envs.webshop.pages import WebShopServerError
 from test_webshop_env import env as webshop, standin  # noqa: F401 - fixtures
 
 

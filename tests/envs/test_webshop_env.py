@@ -14,18 +14,14 @@ import random
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from envs.base import DependencyMissingError, EnvNotResetError, UnknownTaskError
-from envs.webshop_env import (
-    GOALS_ENDPOINT,
-    SERVER_LAUNCHER,
-    WebShopEnv,
-    WebShopServerError,
-    parse_action,
-    parse_page,
-)
+from envs.webshop import server
+from envs.webshop.env import GOALS_ENDPOINT, WebShopEnv
+from envs.webshop.pages import WebShopServerError, parse_action, parse_page
 from webshop_standin import MiniWebShopStandIn, make_goals  # the one copy, shared with the recipe smokes
 
 
@@ -343,9 +339,9 @@ def test_launcher_builds_the_paper_setting_and_exports_goals(tmp_path, standin):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
     launcher = tmp_path / "fake_webshop" / "skl_webshop_server.py"
-    subprocess.run([sys.executable, "-m", "envs.webshop_env", "--write-launcher", str(launcher)], check=True,
+    subprocess.run([sys.executable, "-m", "envs.webshop", "--write-launcher", str(launcher)], check=True,
                    capture_output=True)
-    assert launcher.read_text() == SERVER_LAUNCHER
+    assert launcher.read_text() == Path(server.__file__).read_text()
     exported = tmp_path / "goals.json"
     probe = (
         "import sys, runpy; sys.argv = ['x', '--no-serve', '--export-goals', sys.argv[1]];\n"
@@ -397,12 +393,10 @@ def test_launcher_bounds_the_sites_session_state():
     import logging
     import types
 
-    launcher = {}
-    exec(compile(SERVER_LAUNCHER, "skl_webshop_server.py", "exec"), launcher)
     site = types.ModuleType("fake_app")
     exec(STOCK_SESSIONS, site.__dict__)
     now = [0.0]
-    launcher["bound_session_state"](site, keep_finished=3, idle_ttl_s=100.0, clock=lambda: now[0])
+    server.bound_session_state(site, keep_finished=3, idle_ttl_s=100.0, clock=lambda: now[0])
     views = site.app.view_functions
     for i in range(10):
         assert views["index"](session_id=f"s{i}") == "page"

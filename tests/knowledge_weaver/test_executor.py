@@ -82,7 +82,7 @@ def test_a_webshop_episode_that_only_searched_is_a_valid_usable_step():
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from webshop_standin import MiniWebShopStandIn
 
-    from envs.webshop_env import WebShopEnv
+    from envs.webshop.env import WebShopEnv
     from skl_verl.knowledge_weaver.pool import is_usable
     from skl_verl.knowledge_weaver.prompts import PROFILES, render_trajectory
 

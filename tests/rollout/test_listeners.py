@@ -17,21 +17,20 @@ import pytest
 from omegaconf import OmegaConf
 from transformers import AutoTokenizer
 
-from envs.webshop_env import SERVER_LAUNCHER
+from envs.webshop import server
 from skl_verl.rollout.openai_client import EndpointError
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_the_webshop_launcher_listens_on_loopback_unless_told_otherwise():
-    launcher = {"__name__": "skl_webshop_launcher"}
-    exec(compile(SERVER_LAUNCHER, "launcher.py", "exec"), launcher)
+def test_the_webshop_launcher_listens_on_loopback_unless_told_otherwise(monkeypatch):
     runs = []
     app = SimpleNamespace(add_url_rule=lambda *a, **k: None, response_class=lambda *a, **k: None, view_functions={},
                           run=lambda **kwargs: runs.append(kwargs))
-    launcher["build"] = lambda *args: (SimpleNamespace(app=app), {"goals": []})  # WebShop itself is not here
-    launcher["main"]([])
-    launcher["main"](["--host", "0.0.0.0", "--port", "3001"])
+    # WebShop itself is not here
+    monkeypatch.setattr(server, "build", lambda *args: (SimpleNamespace(app=app), {"goals": []}))
+    server.main([])
+    server.main(["--host", "0.0.0.0", "--port", "3001"])
     assert [(run["host"], run["port"]) for run in runs] == [("127.0.0.1", 3000), ("0.0.0.0", 3001)]
 
 

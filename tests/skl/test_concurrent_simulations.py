@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from envs.chess_puzzles import STOCKFISH_POOL
+from envs.chess.engines import STOCKFISH_POOL
 from skl_verl.rollout.env_runtime import EnvWorkerClient, guarded_call
 from skl_verl.skl import rl_loop
 from skl_verl.skl.simulation import simulate_branches

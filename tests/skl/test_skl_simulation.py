@@ -11,7 +11,8 @@ import chess
 import pytest
 
 from envs.base import SnapshotNotSupportedError, TextEnv
-from envs.chess_puzzles import ChessPuzzlesEnv, MixedBehaviourPolicy, simulate_from_state
+from envs.chess.env import ChessPuzzlesEnv
+from envs.chess.policies import MixedBehaviourPolicy
 from envs.frozenlake import FrozenLakeEnv
 from skl_verl.skl.simulation import (
     BoardPolicy,
@@ -165,16 +166,23 @@ def test_chess_game_branches_meet_independent_random_opponents() -> None:
     assert env.get_state() == root
 
 
-def test_single_branch_matches_chess_simulate_from_state() -> None:
-    env = ChessPuzzlesEnv()
+def test_single_chess_branch_is_the_game_the_policy_plays_in_the_env() -> None:
+    env, played = ChessPuzzlesEnv(), ChessPuzzlesEnv()
     engine = PuzzleLineStandInEngine(env)
     for spec in env.tasks()[:10]:
         env.reset(spec.task_id)
-        ours = simulate_branches(env, BoardPolicy(MixedBehaviourPolicy(1 / 3, seed=9, engine=engine)), n=1, horizon=3)
-        theirs = simulate_from_state(env, MixedBehaviourPolicy(1 / 3, seed=9, engine=engine), horizon=3)
-        assert [(s.state_key, s.action, s.reward, s.done, s.won, s.observation, s.info) for s in ours[0].steps] == [
-            (s.state_key, s.action, s.reward, s.done, s.won, s.observation, s.info) for s in theirs
-        ]
+        root = env.get_state()
+        (branch,) = simulate_branches(env, BoardPolicy(MixedBehaviourPolicy(1 / 3, seed=9, engine=engine)), n=1, horizon=3)
+        assert env.get_state() == root
+        played.reset(spec.task_id)
+        policy, steps = MixedBehaviourPolicy(1 / 3, seed=9, engine=engine), []
+        while len(steps) < 3 and not played.done:
+            key = played.state_key()
+            action = policy(played.board)
+            r = played.step(action)
+            steps.append((key, action, r.reward, r.done, r.won, r.observation, r.info, played.state_key()))
+        assert [(s.state_key, s.action, s.reward, s.done, s.won, s.observation, s.info, s.next_state_key)
+                for s in branch.steps] == steps
 
 
 class FrozenLakeWithoutSnapshots(FrozenLakeEnv):

@@ -65,10 +65,10 @@ only shows after a purchase. They come from a goals table, in this order of pref
 
 1. ``goals_file`` (or the ``WEBSHOP_GOALS_FILE`` environment variable): a JSON file, either a list
    of goals in goal-index order or ``{"goals": [...]}``;
-2. the server's ``GET /skl_api/goals`` endpoint, served by the launcher this module ships
-   (``python -m envs.webshop_env --write-launcher PATH``, see ``docs/webshop_setup.md``), which
-   starts the stock site with the paper's setting (1,000 products, synthetic goals) and also
-   exports the same table with ``--export-goals``.
+2. the server's ``GET /skl_api/goals`` endpoint, served by the launcher ``envs/webshop/server.py``
+   (copied into the WebShop checkout with ``python -m envs.webshop --write-launcher PATH``, see
+   ``docs/webshop_setup.md``), which starts the stock site with the paper's setting (1,000
+   products, synthetic goals) and also exports the same table with ``--export-goals``.
 
 Without either, the constructor raises ``DependencyMissingError``. Each goal needs
 ``attributes`` (list) and ``goal_options`` (dict for synthetic goals, list for human goals); the
@@ -110,20 +110,15 @@ import math
 import os
 import re
 import secrets
-import sys
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Sequence
-from dataclasses import dataclass, field
-from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
 from envs.base import (
     is_encodable_text,
     DependencyMissingError,
-    EnvError,
     EnvNotResetError,
     InvalidSnapshotError,
     StepResult,
@@ -131,6 +126,7 @@ from envs.base import (
     TextEnv,
     checked_snapshot,
 )
+from envs.webshop.pages import Page, Target, WebShopServerError, parse_action, parse_page
 
 DEFAULT_URL = "http://127.0.0.1:3000"
 GOALS_ENDPOINT = "/skl_api/goals"
@@ -138,202 +134,12 @@ SPLIT_CONVENTIONS: dict[str, dict[str, tuple[int, int | None]]] = {
     "webshop": {"test": (0, 500), "dev": (500, 1500), "train": (1500, None)},
     "verl_agent": {"test": (0, 500), "train": (500, None)},
 }
-_ACTION = re.compile(r"^\s*(search|click)\s*\[(.*)\]\s*$", re.IGNORECASE | re.DOTALL)
 _SESSION_IN_PATH = re.compile(r"skl[0-9a-f]+_fixed_\d+|fixed_\d+")
 _SNAPSHOT_VERSION = 1
-_SKIP_TAGS = frozenset({"head", "script", "style", "title", "meta", "noscript", "template"})
-_VOID_TAGS = frozenset(
-    {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "param", "source", "track", "wbr"}
-)
-
-
-class WebShopServerError(EnvError, RuntimeError):
-    """The WebShop server failed to answer a request (connection lost, HTTP error, unparseable page)."""
-
 
 MAX_QUERY_CHARS = 500
 """Longer search queries are invalid actions: WebShop's own are a few words, and a runaway one
 would come back in redirect headers longer than Python's HTTP client accepts."""
-
-
-# ---------------------------------------------------------------------- HTML
-
-
-@dataclass
-class _Node:
-    tag: str
-    attrs: dict[str, str]
-    parent: _Node | None = None
-    children: list[Any] = field(default_factory=list)  # _Node or str
-
-    def classes(self) -> list[str]:
-        return self.attrs.get("class", "").split()
-
-    def text(self) -> str:
-        return "".join(c if isinstance(c, str) else c.text() for c in self.children)
-
-    def iter(self):
-        yield self
-        for child in self.children:
-            if isinstance(child, _Node):
-                yield from child.iter()
-
-    def ancestor(self, tag: str) -> _Node | None:
-        node = self.parent
-        while node is not None and node.tag != tag:
-            node = node.parent
-        return node
-
-    def hidden(self) -> bool:
-        style = re.sub(r"\s+", "", self.attrs.get("style", "")).lower()
-        return "hidden" in self.attrs or "display:none" in style
-
-
-class _TreeBuilder(HTMLParser):
-    """A forgiving HTML tree: an end tag closes the nearest open element of that name (WebShop's
-    templates close some ``<h4>`` with ``</h5>``); stray end tags are ignored; comments dropped."""
-
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.root = _Node("[document]", {})
-        self._stack = [self.root]
-
-    def handle_starttag(self, tag, attrs):
-        node = _Node(tag, {k: (v if v is not None else "") for k, v in attrs}, parent=self._stack[-1])
-        self._stack[-1].children.append(node)
-        if tag not in _VOID_TAGS:
-            self._stack.append(node)
-
-    def handle_startendtag(self, tag, attrs):
-        node = _Node(tag, {k: (v if v is not None else "") for k, v in attrs}, parent=self._stack[-1])
-        self._stack[-1].children.append(node)
-
-    def handle_endtag(self, tag):
-        for i in range(len(self._stack) - 1, 0, -1):
-            if self._stack[i].tag == tag:
-                del self._stack[i:]
-                return
-
-    def handle_data(self, data):
-        self._stack[-1].children.append(data)
-
-
-@dataclass(frozen=True)
-class _Target:
-    method: str  # "GET" or "POST"
-    url: str
-    data: dict[str, str] | None = None
-
-
-@dataclass
-class Page:
-    """A parsed WebShop page: its text observation and what can be clicked on it."""
-
-    url: str
-    text: str
-    instruction: str
-    has_search_bar: bool
-    search_target: _Target | None
-    clickables: dict[str, _Target]  # lower-cased name -> request
-    reward: float | None  # set on the done page
-    done_details: dict[str, str]
-
-
-def _visible_texts(node: _Node, out: list[str]) -> None:
-    for child in node.children:
-        if isinstance(child, str):
-            text = " ".join(child.split())
-            if text:
-                out.append(text)
-        elif child.tag not in _SKIP_TAGS and not child.hidden():
-            _visible_texts(child, out)
-
-
-def _is_visible(node: _Node) -> bool:
-    while node is not None:
-        if node.tag in _SKIP_TAGS or node.hidden():
-            return False
-        node = node.parent
-    return True
-
-
-def _form_target(form: _Node, page_url: str, extra: dict[str, str] | None = None) -> _Target:
-    method = form.attrs.get("method", "get").strip().upper() or "GET"
-    url = urllib.parse.urljoin(page_url, form.attrs.get("action", "") or page_url)
-    return _Target("POST" if method == "POST" else "GET", url, dict(extra or {}))
-
-
-def parse_page(html: str, url: str) -> Page:
-    """Parse a WebShop page the way ``WebAgentTextEnv.get_available_actions`` reads it."""
-    builder = _TreeBuilder()
-    builder.feed(html)
-    builder.close()
-    root = builder.root
-    texts: list[str] = []
-    _visible_texts(root, texts)
-
-    instruction = ""
-    search_target: _Target | None = None
-    has_search_bar = False
-    clickables: dict[str, _Target] = {}
-    reward: float | None = None
-    done_details: dict[str, str] = {}
-    for node in root.iter():
-        node_id = node.attrs.get("id")
-        if node_id == "instruction-text":
-            instruction = " ".join(node.text().split())
-            instruction = re.sub(r"^Instruction:\s*", "", instruction)
-        elif node_id == "search_input":
-            has_search_bar = True
-            form = node.ancestor("form")
-            if form is not None:
-                search_target = _form_target(form, url, {node.attrs.get("name", "search_query"): ""})
-        elif node_id == "reward":
-            pre = next((n for n in node.iter() if n.tag == "pre"), None)
-            raw = (pre.text() if pre is not None else node.text()).strip()
-            match = re.search(r"-?\d+(?:\.\d+)?(?:[eE]-?\d+)?", raw)
-            if match is None:
-                raise WebShopServerError(f"webshop: done page at {url} shows no readable reward: {raw!r}")
-            reward = float(match.group(0))
-        elif node_id in ("asin", "options"):
-            pre = next((n for n in node.iter() if n.tag == "pre"), None)
-            if pre is not None:
-                done_details[f"purchased_{node_id}"] = pre.text().strip()
-
-        if not _is_visible(node):
-            continue
-        if "btn" in node.classes():
-            name = " ".join(node.text().split()).lower()
-            form = node.ancestor("form")
-            if name and name != "search" and form is not None:
-                clickables[name] = _form_target(form, url)
-        elif node.tag == "a" and "product-link" in node.classes() and node.attrs.get("href"):
-            name = " ".join(node.text().split()).lower()
-            if name:
-                clickables[name] = _Target("GET", urllib.parse.urljoin(url, node.attrs["href"]))
-        elif node.tag == "input" and node.attrs.get("type", "").lower() == "radio":
-            value = node.attrs.get("value", "").strip().lower()
-            target = node.attrs.get("data-url")
-            if value and target:
-                clickables[value] = _Target("GET", urllib.parse.urljoin(url, target))
-    return Page(
-        url=url,
-        text=" [SEP] ".join(texts),
-        instruction=instruction,
-        has_search_bar=has_search_bar,
-        search_target=search_target,
-        clickables=clickables,
-        reward=reward,
-        done_details=done_details,
-    )
-
-
-def parse_action(action: str) -> tuple[str, str] | None:
-    """``("search"|"click", lower-cased stripped argument)`` or None if not of that form."""
-    match = _ACTION.match(str(action))
-    if match is None:
-        return None
-    return match.group(1).lower(), " ".join(match.group(2).split()).lower()
 
 
 # ---------------------------------------------------------------------- goals
@@ -353,6 +159,10 @@ def _load_goals_json(raw: Any, where: str) -> list[dict[str, Any]]:
         if "index" in goal and int(goal["index"]) != i:
             raise ValueError(f"webshop: {where}: goal {i} carries index {goal['index']}; goals must be in index order")
     return goals
+
+
+def _product_key(asin: Any) -> str | None:
+    return None if not asin else hashlib.sha256(str(asin).encode()).hexdigest()[:12]
 
 
 class WebShopEnv(TextEnv):
@@ -433,7 +243,7 @@ class WebShopEnv(TextEnv):
 
     # ------------------------------------------------------------------ server
 
-    def _request(self, target: _Target, what: str) -> tuple[str, str]:
+    def _request(self, target: Target, what: str) -> tuple[str, str]:
         data = None
         if target.method == "POST":
             data = urllib.parse.urlencode(target.data or {}).encode("utf-8")
@@ -531,7 +341,7 @@ class WebShopEnv(TextEnv):
         self._episode_counter += 1
         return f"skl{self._token}{self._episode_counter:x}_fixed_{index}"
 
-    def _load(self, target: _Target, what: str) -> Page:
+    def _load(self, target: Target, what: str) -> Page:
         body, final_url = self._request(target, what)
         try:
             return parse_page(body, final_url)
@@ -547,7 +357,7 @@ class WebShopEnv(TextEnv):
         session = self._session_for(spec.metadata["goal_index"])
         self._task_id = task_id
         try:
-            page = self._load(_Target("GET", f"{self.server_url}/{session}"), "reset")
+            page = self._load(Target("GET", f"{self.server_url}/{session}"), "reset")
         except BaseException:
             self._task_id = None
             raise
@@ -577,7 +387,7 @@ class WebShopEnv(TextEnv):
         info: dict[str, Any] = {"won": False, "invalid_action": False, "truncated": False}
         parsed = parse_action(action)
         problem = None
-        target: _Target | None = None
+        target: Target | None = None
         if parsed is None:
             problem = "actions are search[<query>] or click[<button>]"
         else:
@@ -590,9 +400,9 @@ class WebShopEnv(TextEnv):
                 elif not is_encodable_text(arg):
                     problem = "the search query holds characters that are not text (lone surrogates)"
                 else:
-                    base = page.search_target or _Target("POST", f"{self.server_url}/{self._session_id}", {})
+                    base = page.search_target or Target("POST", f"{self.server_url}/{self._session_id}", {})
                     field_name = next(iter(base.data), "search_query") if base.data else "search_query"
-                    target = _Target(base.method, base.url, {field_name: arg})
+                    target = Target(base.method, base.url, {field_name: arg})
             else:
                 target = page.clickables.get(arg)
                 if target is None:
@@ -681,7 +491,7 @@ class WebShopEnv(TextEnv):
         previous = self._task_id
         self._task_id = state["task_id"]  # named in the server errors of the reload
         try:
-            page = self._load(_Target("GET", state["url"]), "set_state")
+            page = self._load(Target("GET", state["url"]), "set_state")
         finally:
             self._task_id = previous
         self._task_id = state["task_id"]
@@ -692,191 +502,3 @@ class WebShopEnv(TextEnv):
         self._won = state["won"]
         self._reward = float(state["reward"])
         self._truncated = state["truncated"]
-
-
-
-# ---------------------------------------------------------------------- server launcher
-
-SERVER_LAUNCHER = r'''"""Start WebShop's Flask site (web_agent_site/app.py) for skl-verl's WebShopEnv.
-
-Written by `python -m envs.webshop_env --write-launcher PATH`; run it from the root of a
-princeton-nlp/WebShop checkout whose ./setup.sh has run. Compared with `python -m
-web_agent_site.app` it (1) loads the product set and goals the way WebShop's text env does for the
-SkillRise/verl-agent setting (1,000 products, synthetic goals by default), (2) seeds Python's
-`random` first so product prices and the goals' price limits are the same at every start, (3)
-serves the goal table at GET /skl_api/goals and can export it to a JSON file, (4) binds to
-127.0.0.1:3000 unless told otherwise, and (5) bounds the per-session state (bound_session_state).
-Goal order is WebShop's: get_goals(), then random.seed(233); random.shuffle(goals), so goal i here
-is goal i of WebAgentTextEnv.
-"""
-import argparse
-import collections
-import functools
-import json
-import logging
-import random
-import sys
-import threading
-import time
-from pathlib import Path
-
-
-def bound_session_state(site, keep_finished=1000, idle_ttl_s=3600.0, clock=time.monotonic):
-    """Keep the site's per-session state bounded, so a purchase costs the same at session 100 and 100,000.
-
-    The stock app keeps every session (user_sessions) and the logger its pages create
-    (logging.getLogger(session_id), deleted only by done()) forever, and done() prints user_sessions
-    whole (rich), once per purchase: measured 1.4 s per purchase at 1,000 sessions, 6.5 s at 4,000.
-    Here: done() no longer prints; after each purchase the oldest finished sessions beyond
-    keep_finished, and sessions idle for more than idle_ttl_s (episodes cut short by their step
-    limit), are dropped with their loggers. A dropped session's pages answer 500, so keep both
-    bounds above what a running episode needs (the client reloads a finished session's page only to
-    restore a snapshot)."""
-    site.print = lambda *args, **kwargs: None  # done()'s print(user_sessions), `from rich import print`
-    finished = collections.OrderedDict()  # finished sessions, oldest purchase first
-    last_seen = collections.OrderedDict()  # every session, least recently seen first
-    lock = threading.Lock()
-
-    def forget(session_id):
-        site.user_sessions.pop(session_id, None)
-        finished.pop(session_id, None)
-        last_seen.pop(session_id, None)
-        logging.root.manager.loggerDict.pop(session_id, None)
-
-    def prune():
-        now = clock()
-        with lock:
-            while len(finished) > keep_finished:
-                forget(next(iter(finished)))
-            while last_seen and now - next(iter(last_seen.values())) > idle_ttl_s:
-                forget(next(iter(last_seen)))
-
-    def seen(view, is_done):
-        @functools.wraps(view)
-        def wrapped(*args, **kwargs):
-            session_id = kwargs.get("session_id")
-            page = view(*args, **kwargs)
-            if session_id is not None:
-                with lock:
-                    last_seen[session_id] = clock()
-                    last_seen.move_to_end(session_id)
-                    if is_done:
-                        finished[session_id] = True
-                        finished.move_to_end(session_id)
-                if is_done:
-                    prune()
-            return page
-        return wrapped
-
-    for name, view in list(site.app.view_functions.items()):
-        site.app.view_functions[name] = seen(view, is_done=name == "done")
-
-
-def build(num_products, human_goals, seed):
-    import web_agent_site.app as site
-    from web_agent_site.engine.engine import init_search_engine, load_products
-    from web_agent_site.engine.goal import get_goals
-    from web_agent_site.utils import DEFAULT_FILE_PATH
-
-    random.seed(seed)
-    site.all_products, site.product_item_dict, site.product_prices, site.attribute_to_asins = load_products(
-        filepath=DEFAULT_FILE_PATH, num_products=num_products, human_goals=human_goals
-    )
-    site.search_engine = init_search_engine(num_products=num_products)
-    goals = get_goals(site.all_products, site.product_prices, human_goals)
-    random.seed(233)
-    random.shuffle(goals)
-    site.goals = goals
-    site.weights = [goal["weight"] for goal in goals]
-    table = []
-    for i, goal in enumerate(goals):
-        options = goal.get("goal_options") or {}
-        table.append({
-            "index": i,
-            "asin": goal.get("asin"),
-            "category": goal.get("category"),
-            "query": goal.get("query"),
-            "product_category": goal.get("product_category"),
-            "instruction_text": goal.get("instruction_text"),
-            "attributes": list(goal.get("attributes") or []),
-            "goal_options": dict(options) if isinstance(options, dict) else list(options),
-            "price_upper": goal.get("price_upper"),
-            "weight": goal.get("weight"),
-        })
-    payload = {
-        "format": "skl-verl webshop goals v1",
-        "num_products": num_products,
-        "human_goals": bool(human_goals),
-        "seed": seed,
-        "goals": table,
-    }
-    return site, payload
-
-
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--num-products", type=int, default=1000,
-                        help="1000 (setup.sh -d small, the default), 100000, or 0 for the whole data file")
-    parser.add_argument("--human-goals", action="store_true", help="human-written goals instead of synthetic ones")
-    parser.add_argument("--seed", type=int, default=0, help="seed for product prices and goal price limits")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=3000)
-    parser.add_argument("--threaded", action="store_true",
-                        help="serve requests in threads (the Lucene searcher is not known to be thread-safe)")
-    parser.add_argument("--export-goals", default=None, help="also write the goal table to this JSON file")
-    parser.add_argument("--no-serve", action="store_true", help="only build (and export); do not serve")
-    parser.add_argument("--log", action="store_true", help="log sessions to user_session_logs/mturk like run_prod.sh")
-    parser.add_argument("--keep-finished-sessions", type=int, default=1000,
-                        help="finished sessions kept after their purchase (older ones are dropped)")
-    parser.add_argument("--session-ttl-s", type=float, default=3600.0,
-                        help="sessions idle this long are dropped (episodes that ended without a purchase)")
-    args = parser.parse_args(argv)
-
-    site, payload = build(args.num_products or None, args.human_goals, args.seed)
-    bound_session_state(site, args.keep_finished_sessions, args.session_ttl_s)
-    body = json.dumps(payload)
-    site.app.add_url_rule(
-        "/skl_api/goals", "skl_api_goals",
-        lambda: site.app.response_class(body, mimetype="application/json"),
-    )
-    if args.export_goals:
-        Path(args.export_goals).write_text(body)
-    print(f"skl-verl WebShop: {len(payload['goals'])} goals, "
-          f"{'human' if args.human_goals else 'synthetic'}, num_products={args.num_products or 'all'}",
-          file=sys.stderr)
-    if args.log:
-        site.user_log_dir = Path("user_session_logs/mturk")
-        site.user_log_dir.mkdir(parents=True, exist_ok=True)
-    if not args.no_serve:
-        site.app.run(host=args.host, port=args.port, threaded=args.threaded)
-
-
-if __name__ == "__main__":
-    main()
-'''
-
-
-def write_launcher(path: str | os.PathLike[str]) -> Path:
-    """Write the WebShop server launcher (``SERVER_LAUNCHER``) to ``path``."""
-    out = Path(path)
-    out.write_text(SERVER_LAUNCHER)
-    return out
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    import argparse
-
-    parser = argparse.ArgumentParser(prog="python -m envs.webshop_env", description="WebShop helpers for skl-verl")
-    parser.add_argument("--write-launcher", metavar="PATH", required=True,
-                        help="write the WebShop server launcher script to PATH (put it in the WebShop checkout)")
-    args = parser.parse_args(argv)
-    print(write_launcher(args.write_launcher))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
-
-
-def _product_key(asin: Any) -> str | None:
-    return None if not asin else hashlib.sha256(str(asin).encode()).hexdigest()[:12]

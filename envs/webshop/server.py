@@ -1,0 +1,158 @@
+"""Start WebShop's Flask site (web_agent_site/app.py) for skl-verl's WebShopEnv.
+
+Copied into a WebShop checkout by `python -m envs.webshop --write-launcher PATH` (the docs use
+skl_webshop_server.py); run it from the root of a princeton-nlp/WebShop checkout whose ./setup.sh
+has run, in WebShop's own environment. Compared with `python -m web_agent_site.app` it (1) loads the product set and goals the way WebShop's text env does for the
+SkillRise/verl-agent setting (1,000 products, synthetic goals by default), (2) seeds Python's
+`random` first so product prices and the goals' price limits are the same at every start, (3)
+serves the goal table at GET /skl_api/goals and can export it to a JSON file, (4) binds to
+127.0.0.1:3000 unless told otherwise, and (5) bounds the per-session state (bound_session_state).
+Goal order is WebShop's: get_goals(), then random.seed(233); random.shuffle(goals), so goal i here
+is goal i of WebAgentTextEnv.
+"""
+# Only the standard library and WebShop's own packages: this file runs as a copy inside WebShop's
+# Python 3.8 environment, where skl-verl is not installed.
+import argparse
+import collections
+import functools
+import json
+import logging
+import random
+import sys
+import threading
+import time
+from pathlib import Path
+
+
+def bound_session_state(site, keep_finished=1000, idle_ttl_s=3600.0, clock=time.monotonic):
+    """Keep the site's per-session state bounded, so a purchase costs the same at session 100 and 100,000.
+
+    The stock app keeps every session (user_sessions) and the logger its pages create
+    (logging.getLogger(session_id), deleted only by done()) forever, and done() prints user_sessions
+    whole (rich), once per purchase: measured 1.4 s per purchase at 1,000 sessions, 6.5 s at 4,000.
+    Here: done() no longer prints; after each purchase the oldest finished sessions beyond
+    keep_finished, and sessions idle for more than idle_ttl_s (episodes cut short by their step
+    limit), are dropped with their loggers. A dropped session's pages answer 500, so keep both
+    bounds above what a running episode needs (the client reloads a finished session's page only to
+    restore a snapshot)."""
+    site.print = lambda *args, **kwargs: None  # done()'s print(user_sessions), `from rich import print`
+    finished = collections.OrderedDict()  # finished sessions, oldest purchase first
+    last_seen = collections.OrderedDict()  # every session, least recently seen first
+    lock = threading.Lock()
+
+    def forget(session_id):
+        site.user_sessions.pop(session_id, None)
+        finished.pop(session_id, None)
+        last_seen.pop(session_id, None)
+        logging.root.manager.loggerDict.pop(session_id, None)
+
+    def prune():
+        now = clock()
+        with lock:
+            while len(finished) > keep_finished:
+                forget(next(iter(finished)))
+            while last_seen and now - next(iter(last_seen.values())) > idle_ttl_s:
+                forget(next(iter(last_seen)))
+
+    def seen(view, is_done):
+        @functools.wraps(view)
+        def wrapped(*args, **kwargs):
+            session_id = kwargs.get("session_id")
+            page = view(*args, **kwargs)
+            if session_id is not None:
+                with lock:
+                    last_seen[session_id] = clock()
+                    last_seen.move_to_end(session_id)
+                    if is_done:
+                        finished[session_id] = True
+                        finished.move_to_end(session_id)
+                if is_done:
+                    prune()
+            return page
+        return wrapped
+
+    for name, view in list(site.app.view_functions.items()):
+        site.app.view_functions[name] = seen(view, is_done=name == "done")
+
+
+def build(num_products, human_goals, seed):
+    import web_agent_site.app as site
+    from web_agent_site.engine.engine import init_search_engine, load_products
+    from web_agent_site.engine.goal import get_goals
+    from web_agent_site.utils import DEFAULT_FILE_PATH
+
+    random.seed(seed)
+    site.all_products, site.product_item_dict, site.product_prices, site.attribute_to_asins = load_products(
+        filepath=DEFAULT_FILE_PATH, num_products=num_products, human_goals=human_goals
+    )
+    site.search_engine = init_search_engine(num_products=num_products)
+    goals = get_goals(site.all_products, site.product_prices, human_goals)
+    random.seed(233)
+    random.shuffle(goals)
+    site.goals = goals
+    site.weights = [goal["weight"] for goal in goals]
+    table = []
+    for i, goal in enumerate(goals):
+        options = goal.get("goal_options") or {}
+        table.append({
+            "index": i,
+            "asin": goal.get("asin"),
+            "category": goal.get("category"),
+            "query": goal.get("query"),
+            "product_category": goal.get("product_category"),
+            "instruction_text": goal.get("instruction_text"),
+            "attributes": list(goal.get("attributes") or []),
+            "goal_options": dict(options) if isinstance(options, dict) else list(options),
+            "price_upper": goal.get("price_upper"),
+            "weight": goal.get("weight"),
+        })
+    payload = {
+        "format": "skl-verl webshop goals v1",
+        "num_products": num_products,
+        "human_goals": bool(human_goals),
+        "seed": seed,
+        "goals": table,
+    }
+    return site, payload
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--num-products", type=int, default=1000,
+                        help="1000 (setup.sh -d small, the default), 100000, or 0 for the whole data file")
+    parser.add_argument("--human-goals", action="store_true", help="human-written goals instead of synthetic ones")
+    parser.add_argument("--seed", type=int, default=0, help="seed for product prices and goal price limits")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=3000)
+    parser.add_argument("--threaded", action="store_true",
+                        help="serve requests in threads (the Lucene searcher is not known to be thread-safe)")
+    parser.add_argument("--export-goals", default=None, help="also write the goal table to this JSON file")
+    parser.add_argument("--no-serve", action="store_true", help="only build (and export); do not serve")
+    parser.add_argument("--log", action="store_true", help="log sessions to user_session_logs/mturk like run_prod.sh")
+    parser.add_argument("--keep-finished-sessions", type=int, default=1000,
+                        help="finished sessions kept after their purchase (older ones are dropped)")
+    parser.add_argument("--session-ttl-s", type=float, default=3600.0,
+                        help="sessions idle this long are dropped (episodes that ended without a purchase)")
+    args = parser.parse_args(argv)
+
+    site, payload = build(args.num_products or None, args.human_goals, args.seed)
+    bound_session_state(site, args.keep_finished_sessions, args.session_ttl_s)
+    body = json.dumps(payload)
+    site.app.add_url_rule(
+        "/skl_api/goals", "skl_api_goals",
+        lambda: site.app.response_class(body, mimetype="application/json"),
+    )
+    if args.export_goals:
+        Path(args.export_goals).write_text(body)
+    print(f"skl-verl WebShop: {len(payload['goals'])} goals, "
+          f"{'human' if args.human_goals else 'synthetic'}, num_products={args.num_products or 'all'}",
+          file=sys.stderr)
+    if args.log:
+        site.user_log_dir = Path("user_session_logs/mturk")
+        site.user_log_dir.mkdir(parents=True, exist_ok=True)
+    if not args.no_serve:
+        site.app.run(host=args.host, port=args.port, threaded=args.threaded)
+
+
+if __name__ == "__main__":
+    main()
