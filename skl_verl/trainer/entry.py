@@ -274,7 +274,7 @@ def without_critic_model(config: DictConfig) -> tuple[DictConfig, list[str]]:
 
 def main() -> None:
     """``python -m skl_verl.main [hydra args and overrides]``: an estimator's declared options are set like any
-    other key (``algorithm.skillrise.gamma=0.8``), whether or not the recipe's YAML states them."""
+    other key (``algorithm.<estimator>.<option>=value``), whether or not the recipe's YAML states them."""
     import sys
 
     sys.argv[1:] = registry.with_declared_options(sys.argv[1:])

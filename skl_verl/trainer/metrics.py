@@ -11,7 +11,7 @@ from skl_verl.trainer.registry import EPISODE_METRICS
 
 
 def loss_term_metrics(data: DataProto) -> dict[str, float]:
-    """Each weighted term of a phase-structured loss (SKL-SD Eq. 1) at the start of the update,
+    """Each weighted term of a phase-structured loss (one term per phase) at the start of the update,
     from the old log-probs: ``loss/<phase>`` = -Σ w·log π / Σ kept tokens, plus sample counts."""
     phases = data.non_tensor_batch.get(sf.PHASE)
     if phases is None or "old_log_probs" not in data.batch.keys():

@@ -58,7 +58,7 @@ def test_a_recipe_from_another_package_is_registered_and_checked(toy_installed, 
 @pytest.mark.recipe_smoke
 def test_a_recipe_from_another_package_trains_two_steps(toy_installed, tiny_model_dir, tmp_path):
     run = run_recipe(tmp_path, tiny_model_dir, "toy_frozenlake", config_dir=str(TOY / "toy_recipe" / "config"),
-                     env=toy_installed, data_dir=Path(toy_installed["DATA_DIR"]),
+                     env={"PYTHONPATH": toy_installed["PYTHONPATH"]}, data_dir=Path(toy_installed["DATA_DIR"]),
                      overrides=["data.train_batch_size=2", "data.max_prompt_length=512"])
     run.check_ok()
     for step in (1, 2):
