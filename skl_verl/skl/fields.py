@@ -46,6 +46,8 @@ class KnowledgeStep:
     knowledge_error: str = ""
     knowledge_end: int | None = None
     """z = stream[context_tokens:knowledge_end]."""
+    acted: bool = False
+    """The action turn finished (the episode may end, e.g. out of response budget, between z and the action)."""
     action: str | None = None
     """None when the reply did not parse or the env refused it."""
     reward: float = 0.0

@@ -73,7 +73,7 @@ class StatefulAgentLoop(EnvAgentLoop):
         """Complete this step's record into a transition (action, reward, next state) when the
         env really moved; format errors and invalid actions leave ``action`` None."""
         step, result = episode.knowledge_steps[-1], episode.last_step
-        step.action, step.reward, step.next_state_key, step.done = None, 0.0, None, done
+        step.acted, step.action, step.reward, step.next_state_key, step.done = True, None, 0.0, None, done
         if result is not None and not result.invalid_action:
             step.next_state_key = await self._env_call(context.timing, context.env.state_key)
             step.action, step.reward = self.parser(reply).action, float(result.reward)

@@ -37,7 +37,13 @@ def multi_output_agent_loop_worker():
         _agent_loop_registry,
     )
 
+    from skl_verl.trainer.registry import restore_agent_loops
+
     class MultiOutputAgentLoopWorker(AgentLoopWorker):
+        def __init__(self, *args, **kwargs):
+            restore_agent_loops()  # a previous worker's agent_loop_config_path must not leak into this one
+            super().__init__(*args, **kwargs)
+
         async def _run_agent_loop(self, sampling_params, trajectory, *, agent_name, trace=True, **kwargs):
             if agent_name not in _agent_loop_registry:
                 raise ValueError(f"agent loop {agent_name!r} is not registered; known: {sorted(_agent_loop_registry)}")

@@ -160,6 +160,14 @@ def register_agent_loops(path: str | Path) -> None:
         _agent_loop_registry[name] = dict(entry)
 
 
+def restore_agent_loops() -> None:
+    """Put every registered loop back into this process's agent-loop registry: verl's worker overwrites
+    entries there with a run's ``agent_loop_config_path`` file, which would otherwise outlive that run in
+    a process that plays several (in-process rollouts)."""
+    for name, entry in AGENT_LOOPS.items():
+        _agent_loop_registry[name] = dict(entry)
+
+
 def agent_loop_entries(config_path: str | None = None) -> dict[str, dict[str, Any]]:
     """The registered loops, with those of a run's ``agent_loop_config_path`` added or replacing them."""
     entries = {name: dict(entry) for name, entry in AGENT_LOOPS.items()}

@@ -106,7 +106,7 @@ def test_self_simulation_is_trained_in_the_trace_with_at_most_n_distinct_root_ca
     assert "Simulator results after step 1" in context and "Simulator results" not in trained
     # The long trace may run out of response budget before the episode ends; every completed real
     # step matches the episode played without simulation.
-    completed = [s for s in steps if "action" in s]
+    completed = [s for s in steps if s.acted]
     plain, _ = play(tmp_path / "plain", tiny_model_dir, "skl_stateful", monkeypatch)
     real = lambda st: [(s.state_key, s.action, s.next_state_key) for s in st]
     assert len(completed) >= 2 and real(completed) == real(plain.non_tensor_batch["skl_knowledge_steps"][0])[: len(completed)]

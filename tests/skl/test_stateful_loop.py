@@ -67,8 +67,8 @@ def test_prefilled_knowledge_is_the_policys_own_trained_turn(tmp_path, tiny_mode
     knowledge = [None] + [f"<knowledge>k{i}</knowledge>" for i in range(1, 4)]
     out, tok = rollout(tmp_path, tiny_model_dir, interleave(knowledge, WIN), rows=stateful_rows({start_key: refined}), overrides=LONG)
     steps = out.non_tensor_batch["skl_knowledge_steps"][0]
-    assert {k: steps[0][k] for k in ("state_key", "prefilled", "knowledge_error", "knowledge")} == {
-        "state_key": start_key, "prefilled": True, "knowledge_error": "", "knowledge": refined}
+    first = steps[0]
+    assert (first.state_key, first.prefilled, first.knowledge_error, first.knowledge) == (start_key, True, "", refined)
     assert not any(s.prefilled for s in steps[1:])
     response, mask = out.batch["responses"][0], out.batch["response_mask"][0]
     assert f"<knowledge>{refined}</knowledge>" in tok.decode(response[mask.bool()], skip_special_tokens=True)
