@@ -7,6 +7,7 @@ and continue; one bad sample must never abort a rollout batch.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from typing import Callable, Protocol
@@ -121,6 +122,8 @@ def build_parser(spec: str | dict | None) -> ActionParser:
     """
     if spec is None:
         return TagActionParser()
+    if not isinstance(spec, (str, dict)) and not hasattr(spec, "keys"):
+        raise ValueError(f"parser must be null, 'package.module:callable' or a mapping, got {spec!r}")
     if isinstance(spec, str):
         module, _, name = spec.partition(":")
         if not name:
@@ -128,7 +131,9 @@ def build_parser(spec: str | dict | None) -> ActionParser:
         return _guarded(load_extern_object(module_path=f"pkg://{module}", object_name=name))
     spec = dict(spec)
     if "path" in spec:
-        return _guarded(load_extern_object(module_path=spec["path"], object_name=spec["name"]))
+        if not os.path.isfile(str(spec["path"])):
+            raise ValueError(f"parser path {spec['path']!r} is not a file")
+        return _guarded(load_extern_object(module_path=spec["path"], object_name=spec.get("name", "")))
     unknown = set(spec) - {"tags", "max_action_chars"}
     if unknown:
         raise ValueError(f"unknown parser options {sorted(unknown)}; expected 'tags', 'max_action_chars'")

@@ -12,6 +12,7 @@ config (ALFWorld's data, the WebShop server); the run scripts call it before bui
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import sys
 import urllib.error
@@ -21,7 +22,7 @@ from typing import Any, Mapping
 from omegaconf import DictConfig, OmegaConf
 
 from envs import ENV_CLASSES
-from skl_verl.options import Option, check_section, option_error
+from skl_verl.options import ConfigError, Option, check_section, option_error
 
 RUN_OPTIONS: dict[str, tuple[Option, str]] = {
     "trainer.total_training_steps": (Option(int, None, low=1, optional=True), "null runs trainer.total_epochs"),
@@ -51,9 +52,11 @@ def check_config(config: DictConfig, entries: Mapping[str, Mapping[str, Any]]) -
     from skl_verl.trainer.registry import ESTIMATORS, estimator_options
 
     algorithm = config.get("algorithm") or {}
+    check_algorithm_sections(algorithm, ESTIMATORS)
     for name in ESTIMATORS:
         if algorithm.get(name) is not None:
             estimator_options(algorithm, name)
+    check_rollouts_to_compare(config, ESTIMATORS)
     for key, (option, hint) in RUN_OPTIONS.items():
         value = OmegaConf.select(config, key, default=option.default)
         problem = option.problem(value)
@@ -66,6 +69,39 @@ def check_config(config: DictConfig, entries: Mapping[str, Mapping[str, Any]]) -
         for index, entry in enumerate(OmegaConf.to_container(OmegaConf.load(str(path)), resolve=True)):
             check_loop_entry(f"{path}: agent loop {entry.get('name', index)!r}", entry)
     check_rescoring_room(config, entries)
+
+
+def check_algorithm_sections(algorithm: Mapping[str, Any], estimators: Mapping[str, Any]) -> None:
+    """A section under ``algorithm`` is verl's own or a registered estimator's; any other (a misspelt
+    ``+algorithm.skilrise.gamma=0.8``) would be ignored, and the run would train with the defaults."""
+    import dataclasses
+
+    from verl.trainer.config import AlgoConfig
+
+    verl_keys = {f.name for f in dataclasses.fields(AlgoConfig)} | {"_target_"}
+    for key in algorithm:
+        if key in verl_keys or key in estimators:
+            continue
+        close = difflib.get_close_matches(str(key), [*estimators, *verl_keys], n=1)
+        guess = f"did you mean algorithm.{close[0]}? " if close else ""
+        raise ConfigError(f"algorithm.{key} is neither verl's algorithm option nor a registered estimator's section: "
+                          f"{guess}known estimators: {', '.join(sorted(estimators))}")
+
+
+def check_rollouts_to_compare(config: DictConfig, estimators: Mapping[str, Any]) -> None:
+    """Estimators that compare the rollouts of one prompt need two or more of them: with one, every advantage
+    is 0 and nothing trains. verl's own GAE needs the critic's values."""
+    from verl.trainer.ppo.utils import need_critic
+
+    name = config.algorithm.adv_estimator
+    spec = estimators.get(name)
+    n = config.actor_rollout_ref.rollout.n
+    if spec is not None and spec.compares_rollouts and isinstance(n, int) and n < 2:
+        raise ConfigError(f"actor_rollout_ref.rollout.n={n}: algorithm.adv_estimator={name} compares the rollouts of "
+                          "each prompt, so every advantage would be 0; e.g. actor_rollout_ref.rollout.n=8")
+    if name == "gae" and not need_critic(config):
+        raise ConfigError("algorithm.adv_estimator=gae (PPO) needs the critic's values, but critic.enable is false; "
+                          "set critic.enable=true")
 
 
 # ------------------------------------------------------------------ what a recipe needs outside its config

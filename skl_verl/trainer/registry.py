@@ -39,6 +39,8 @@ class EstimatorSpec:
     loop: type | None
     """The agent loop class (or a base) whose samples the estimator reads; None: any of ours."""
     run_check: RunCheck | None
+    compares_rollouts: bool
+    """Advantages compare the rollouts of one prompt (GRPO-like): ``rollout.n`` must be 2 or more."""
 
 
 ESTIMATORS: dict[str, EstimatorSpec] = {}
@@ -53,12 +55,13 @@ def register_estimator(
     required_fields: tuple[str, ...] = (),
     loop: type | None = None,
     run_check: RunCheck | None = None,
+    compares_rollouts: bool = True,
 ) -> None:
     """Register ``compute(token_level_rewards, response_mask, sample_fields, options, **log_probs)`` as verl
     advantage estimator ``name``. ``options`` is an instance of the ``options`` dataclass built from
     ``algorithm.<name>``; ``log_probs`` are ``old_log_probs``/``ref_log_probs``/``values`` and
     ``algorithm`` (the whole algorithm config), passed by ``compute_advantage``."""
-    spec = EstimatorSpec(name, options, tuple(required_fields), loop, run_check)
+    spec = EstimatorSpec(name, options, tuple(required_fields), loop, run_check, compares_rollouts)
     ESTIMATORS[name] = spec
 
     @functools.wraps(compute)

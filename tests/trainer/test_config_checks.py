@@ -66,6 +66,11 @@ BAD_CONFIGS = [
     ("skillrise", "skillrise_alfworld", "trainer.n_gpus_per_node=abc", "trainer.n_gpus_per_node is 'abc'"),
     ("skillrise", "skillrise_alfworld", "trainer.n_gpus_per_node=0", "trainer.n_gpus_per_node is 0"),
     ("skillrise", "skillrise_alfworld", "+skl.dryrun=true", "skl.dryrun is not an option"),
+    # A misspelt estimator section would be ignored and the defaults trained (#24 item 5).
+    ("skillrise", "skillrise_alfworld", "+algorithm.skilrise.gamma=0.8", "did you mean algorithm.skillrise?"),
+    # One rollout per prompt: every group-relative advantage is 0 (#24 item 5).
+    ("skillrise", "skillrise_alfworld", "actor_rollout_ref.rollout.n=1", "every advantage would be 0"),
+    ("skl_sd", "skl_sd_webshop", "actor_rollout_ref.rollout.n=1", "e.g. actor_rollout_ref.rollout.n=8"),
 ]
 
 
@@ -83,6 +88,9 @@ def test_bad_config_stops_the_dry_run_naming_the_key_and_the_fix(recipe, config_
         ("skillrise", {"max_turn": 5}, "agent loop 'skillrise'.max_turn is not an option: did you mean"),
         ("skillrise", {"history_window": "ten"}, "agent loop 'skillrise'.history_window is 'ten'"),
         ("skillrise", {"parser": {"tag": ["x"]}}, "agent loop 'skillrise'.parser: unknown parser options"),
+        # Raw FileNotFoundError / TypeError before (#24 item 5).
+        ("skillrise", {"parser": {"path": "/missing.py", "name": "parse"}}, "parser path '/missing.py' is not a file"),
+        ("skillrise", {"parser": 5}, "parser must be null, 'package.module:callable' or a mapping, got 5"),
     ],
 )
 def test_bad_agent_loop_options_stop_the_dry_run(loop, options, named, tmp_path):
@@ -248,3 +256,9 @@ def test_the_config_check_and_the_loop_refuse_the_same_values():
                 cls(**{key: bad})  # refused before anything is built
             checked += 1
     assert checked >= 20
+
+
+def test_verls_gae_without_the_critic_stops_before_any_worker_starts():
+    """Only our skl_gae checked for the critic; verl's own gae crashed at the first advantage step (#24 item 5)."""
+    with pytest.raises(ConfigError, match="algorithm.adv_estimator=gae .PPO. needs the critic's values"):
+        composed("skillrise", "ppo", ["env=alfworld", "algorithm.adv_estimator=gae", "critic.enable=false"])
