@@ -46,7 +46,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from envs import ENV_CLASSES
-from envs.base import StepResult, TaskSpec, TextEnv
+from envs.base import StepResult, TaskSpec, TextEnv, is_encodable_text
 from skl_verl.rollout.env_worker import ErrorReport, WorkerProcess
 
 logger = logging.getLogger(__name__)
@@ -82,12 +82,22 @@ class InvalidEnvResult(ValueError):
 def _text(value: Any, what: str) -> str:
     if not isinstance(value, str):
         raise InvalidEnvResult(f"{what} is {type(value).__name__}, not str")
+    if not is_encodable_text(value):
+        raise InvalidEnvResult(f"{what} holds text no encoder takes (a lone surrogate)")
     return value
+
+
+INFO_FLAGS = ("won", "invalid_action")
+"""``info`` keys every loop reads as a bool."""
 
 
 def _info(value: Any, what: str) -> dict:
     if not isinstance(value, dict):
         raise InvalidEnvResult(f"{what} is {type(value).__name__}, not dict")
+    for key in INFO_FLAGS:
+        flag = value.get(key, False)
+        if not isinstance(flag, (bool, numbers.Integral)) and type(flag).__name__ != "bool_":
+            raise InvalidEnvResult(f"{what}[{key!r}] is {type(flag).__name__}, not a bool")
     return value
 
 
@@ -98,8 +108,12 @@ def check_step(result: Any) -> StepResult:
     reward = result.reward
     if isinstance(reward, bool) or not isinstance(reward, numbers.Real):
         raise InvalidEnvResult(f"reward is {reward!r:.40}, not a number")
-    if not math.isfinite(float(reward)):
-        raise InvalidEnvResult(f"reward is {float(reward)!r}, not finite")
+    try:
+        as_float = float(reward)
+    except OverflowError:
+        raise InvalidEnvResult(f"reward is {reward!r:.40}, not a float") from None
+    if not math.isfinite(as_float):
+        raise InvalidEnvResult(f"reward is {as_float!r}, not finite")
     if not isinstance(result.done, (bool, int)) or isinstance(result.done, float):
         raise InvalidEnvResult(f"done is {result.done!r:.40}, not bool")
     return StepResult(
@@ -118,7 +132,7 @@ def check_result(method: str, value: Any) -> Any:
     if method == "admissible_actions":
         if not isinstance(value, (list, tuple)) or not all(isinstance(a, str) for a in value):
             raise InvalidEnvResult(f"admissible_actions() returned {value!r:.80}, not a list of str")
-        return list(value)
+        return [_text(action, "an admissible action") for action in value]
     if method == "state_key":
         return _text(value, "state_key()")
     if method == "action_prompt" and value is not None:

@@ -89,7 +89,8 @@ class FaultyFrozenLake(FrozenLakeEnv):
 
 
 class NoneRewardFrozenLake(FrozenLakeEnv):
-    """Returns shapes the protocol forbids: a ``None`` reward and a tuple instead of a StepResult."""
+    """Returns shapes the protocol forbids: a ``None`` reward, a tuple instead of a StepResult, values no
+    float, encoder or ``bool()`` takes."""
 
     name = "none_reward_frozenlake"
 
@@ -105,4 +106,12 @@ class NoneRewardFrozenLake(FrozenLakeEnv):
             return (result.observation, result.reward, result.done, result.info)
         if self.shape == "none_info":
             return StepResult(result.observation, result.reward, result.done, None)
+        if self.shape == "huge_reward":  # a finite int no float holds
+            return StepResult(result.observation, 10**400, result.done, result.info)
+        if self.shape == "lone_surrogate":  # no request or chat template can encode it
+            return StepResult(result.observation + "\ud800", result.reward, result.done, result.info)
+        if self.shape == "won_array":
+            import numpy as np
+
+            return StepResult(result.observation, result.reward, result.done, {**result.info, "won": np.array([1, 0])})
         return StepResult(None, result.reward, result.done, result.info)

@@ -82,7 +82,11 @@ def test_a_fault_in_any_call_position_fails_that_call_kills_its_worker_and_a_fre
 def test_results_that_break_the_protocol_are_failures(monkeypatch):
     async def main():
         for shape, reason in [("none_reward", "reward is None"), ("tuple", "returned tuple, not StepResult"),
-                              ("none_info", "info is NoneType"), ("none_observation", "observation is NoneType")]:
+                              ("none_info", "info is NoneType"), ("none_observation", "observation is NoneType"),
+                              # Each lost the whole batch before (#24 item 4): OverflowError, TypeError, ValueError.
+                              ("huge_reward", "0000000, not a float"),
+                              ("lone_surrogate", "observation holds text no encoder takes (a lone surrogate)"),
+                              ("won_array", "info['won'] is ndarray, not a bool")]:
             env = EnvWorkerClient.for_env("none_reward_frozenlake", {**LAKE, "shape": shape})
             with pytest.raises(EnvCallFailed, match="env.step.'right'. returned an invalid result") as failure:
                 await play(env, WIN)
