@@ -51,6 +51,8 @@ from skl_verl.rollout.env_worker import ErrorReport, WorkerProcess
 
 logger = logging.getLogger(__name__)
 
+STATELESS_CALLS = ("reset", "tasks", "close")
+"""Calls that start from nothing an earlier call left in the env, so a fresh worker may answer them."""
 DEFAULT_CALL_TIMEOUT_S = 60.0
 """For synchronous calls outside a ``CallScope`` (loops pass ``env_step_timeout_s`` to ``call``)."""
 DEFAULT_START_TIMEOUT_S = 300.0
@@ -277,7 +279,17 @@ class EnvWorkerClient(TextEnv):
         worker = self._worker
         return worker.pid if worker is not None and worker.alive() else None
 
-    def _current_worker(self) -> WorkerProcess:
+    def _current_worker(self, method: str, call: str) -> WorkerProcess:
+        """The live worker, started when there is none. A worker that held an env and died since the last
+        call fails this call, naming it, unless the call needs no earlier state (``reset``, ``tasks``): a
+        fresh env would answer from no episode at all (its ``state_key`` before any reset), and the failure
+        would show much later as another error."""
+        with self._state_lock:
+            lost = self._worker if self._worker is not None and not self._worker.alive() else None
+        if lost is not None and lost.ready and method not in STATELESS_CALLS:
+            code = lost.exit_status(timeout_s=1.0)
+            how = "exit code unknown" if code is None else f"exit code {code}" if code >= 0 else f"killed by signal {-code}"
+            raise self._fail(lost, call, f"lost its worker process between calls ({how})")
         with self._state_lock:
             if self._worker is None or not self._worker.alive():
                 if self._worker is not None:
@@ -324,7 +336,7 @@ class EnvWorkerClient(TextEnv):
     async def call(self, method: str, *args: Any, timeout_s: float, **kwargs: Any) -> Any:
         """``env.method(*args, **kwargs)`` in the worker, awaited; ``timeout_s`` counts its execution."""
         call = format_call(method, args, kwargs)
-        worker = self._current_worker()
+        worker = self._current_worker(method, call)
         if not worker.lock.acquire(blocking=False):
             raise RuntimeError(f"{self.name}: {call} while another call to the same env is running")
         try:
@@ -345,7 +357,7 @@ class EnvWorkerClient(TextEnv):
         if scope is not None and scope.failure is not None:
             raise EnvCallFailed(call, f"refused: this simulation already failed ({scope.failure})")
         timeout_s = scope.remaining_s() if scope is not None else self.call_timeout_s
-        worker = self._current_worker()
+        worker = self._current_worker(method, call)
         if scope is not None:
             scope.enter(worker)
         # Threads may share a client (a simulation's branches), so a busy worker is waited for here,

@@ -2,6 +2,7 @@
 
 import asyncio
 import os
+import signal
 import time
 
 import pytest
@@ -230,6 +231,23 @@ def test_a_worker_that_exits_on_its_own_stays_unreaped_until_its_group_is_killed
 
     worker, child = asyncio.run(main())
     assert not alive(child) and not os.path.exists(f"/proc/{worker.pid}")
+
+
+def test_a_worker_killed_between_calls_fails_the_next_call_naming_it():
+    """Replaced silently, the fresh, never-reset env answered ``state_key`` and the failure surfaced later as
+    "step before reset" (#24 item 8). The call after the loss fails; the one after that starts afresh."""
+    async def main():
+        env = client()
+        await guarded_call(env.reset, TASK, seed=0, timeout_s=5)
+        os.kill(env.worker_pid, signal.SIGKILL)
+        assert env._worker.exit_status(timeout_s=5) == -signal.SIGKILL
+        with pytest.raises(EnvCallFailed, match=r"state_key\(\) lost its worker process between calls \(killed by signal 9\)"):
+            await guarded_call(env.state_key, timeout_s=5)
+        await guarded_call(env.reset, TASK, seed=0, timeout_s=5)  # a new episode on a fresh worker
+        assert await guarded_call(env.state_key, timeout_s=5)
+        env.close()
+
+    asyncio.run(main())
 
 
 def test_pool_reuses_workers_and_recycles_them_after_max_leases():
