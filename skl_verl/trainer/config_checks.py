@@ -56,12 +56,12 @@ def check_config(config: DictConfig, entries: Mapping[str, Mapping[str, Any]]) -
     for name in ESTIMATORS:
         if algorithm.get(name) is not None:
             estimator_options(algorithm, name)
-    check_rollouts_to_compare(config, ESTIMATORS)
     for key, (option, hint) in RUN_OPTIONS.items():
         value = OmegaConf.select(config, key, default=option.default)
         problem = option.problem(value)
         if problem:
             raise option_error(key, option, problem, hint)
+    check_rollouts_to_compare(config, ESTIMATORS)
     skl = config.get("skl") or {}
     check_section("skl", OmegaConf.to_container(skl) if isinstance(skl, DictConfig) else skl, SKL_OPTIONS)
     path = OmegaConf.select(config, "actor_rollout_ref.rollout.agent.agent_loop_config_path")
