@@ -16,7 +16,7 @@ from skl_verl.skl.losses import (
     skl_sd_term_weights,
     weighted_nll_policy_loss,
 )
-from skl_verl.skl.rl_loop import SklRlAgentLoop
+from skl_verl.skl.rl_loop import SklRlAgentLoop, check_simulation_engine
 from skl_verl.skl.sd_loop import SklSdAgentLoop
 from skl_verl.trainer import registry
 
@@ -25,7 +25,7 @@ def register() -> None:
     registry.register_estimator("skl_sd", skl_sd_estimator, options=SklSdOptions, loop=SklSdAgentLoop,
                                 required_fields=(sf.PHASE, skl_fields.KEEP, sf.SEQUENCE_ID), run_check=check_skl_sd_loss)
     registry.register_estimator("skl_rl", skl_rl_estimator, options=SklRlOptions, loop=SklRlAgentLoop,
-                                required_fields=(sf.TRAJECTORY_ID, sf.SEQUENCE_ID, sf.PHASE))
+                                required_fields=(sf.TRAJECTORY_ID, sf.SEQUENCE_ID, sf.PHASE), run_check=check_simulation_engine)
     registry.register_policy_loss("skl_sd_eq1", skl_sd_eq1_policy_loss)
     registry.register_policy_loss("skl_weighted_nll", weighted_nll_policy_loss)
     registry.register_term_weights("skl_sd_eq1", skl_sd_term_weights)

@@ -51,7 +51,7 @@ from typing import Annotated, Any
 
 from verl.experimental.agent_loop.agent_loop import AgentLoopOutput
 
-from skl_verl.options import AtLeast, Between, OneOf
+from skl_verl.options import AtLeast, Between, ConfigError, OneOf
 from skl_verl.rollout import sample_fields as sf
 from skl_verl.skl import fields as skl_fields
 from skl_verl.skl.fields import KnowledgeStep
@@ -137,6 +137,21 @@ def behaviour_policy(name: str, seed: int, expert_rate: float, engine_path: str 
 
         return BoardPolicy(MixedBehaviourPolicy(expert_rate, seed=seed, engine=PooledStockfish(engine_path)))
     raise ValueError(f"simulation_policy must be one of {SIMULATION_OPTIONS}, got {name!r}")
+
+
+def check_simulation_engine(config: Any, options: Any, loop_entry: Any) -> None:
+    """A heuristic simulation by Stockfish needs the binary where the run starts, not at its first simulation."""
+    if loop_entry.get("simulation_policy") != "expert_mix":
+        return
+    from envs.base import DependencyMissingError
+    from envs.chess.engines import find_stockfish
+
+    try:
+        find_stockfish(loop_entry.get("engine_path"))
+    except DependencyMissingError as exc:
+        loop = config.actor_rollout_ref.rollout.agent.default_agent_loop
+        raise ConfigError(f"agent loop {loop!r} simulates with Stockfish (simulation_policy: expert_mix): {exc}; "
+                          "or set its engine_path") from None
 
 
 class SklRlAgentLoop(StatefulAgentLoop):

@@ -262,3 +262,12 @@ def test_verls_gae_without_the_critic_stops_before_any_worker_starts():
     """Only our skl_gae checked for the critic; verl's own gae crashed at the first advantage step (#24 item 5)."""
     with pytest.raises(ConfigError, match="algorithm.adv_estimator=gae .PPO. needs the critic's values"):
         composed("skillrise", "ppo", ["env=alfworld", "algorithm.adv_estimator=gae", "critic.enable=false"])
+
+
+def test_a_missing_stockfish_stops_a_heuristic_simulation_run_before_it_starts(tmp_path):
+    """Found only at the first simulation before (#24 item 5)."""
+    loop = "skl_rl_chess_expert_1_2"
+    overrides = [loop_yaml(tmp_path, loop, engine_path="/nonexistent/stockfish"),
+                 f"actor_rollout_ref.rollout.agent.default_agent_loop={loop}"]
+    code, _, err = dry_run("skl_rl", "skl_rl_chess_distill", overrides, tmp_path)
+    assert code != 0 and f"agent loop {loop!r} simulates with Stockfish" in err and "/nonexistent/stockfish" in err, err[-1500:]
