@@ -6,6 +6,7 @@ section through ``kw_settings``, so the defaults and the checks cannot drift apa
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -34,7 +35,7 @@ SCHEMA: dict[str, dict[str, Option]] = {
         "memory_steps": _count(5, low=0),
         "observation_chars": _count(1800),
         "max_parallel_episodes": _count(64),
-        "env_timeout_s": _number(60.0, low=0),
+        "env_timeout_s": Option(float, 60.0, low=0, low_open=True),
     },
     "context": {"trajectories": _count(4)},
     "reward": {
@@ -119,6 +120,9 @@ def kw_settings(config: Any) -> KWSettings:
             raise ConfigError(f"kw.{key} must be set")
     if not parts["executor"]["tokenizer"]:
         raise ConfigError("kw.executor.tokenizer must name the executor's tokenizer (a local path or hub id)")
+    if not re.fullmatch(r"cpu|cuda(:\d+)?", parts["retrieval"]["device"]):
+        raise ConfigError(f"kw.retrieval.device is {parts['retrieval']['device']!r}: it must be cpu, cuda or cuda:<index>; "
+                          "e.g. kw.retrieval.device=cpu")
     if parts["retrieval"]["backend"] == "hf_mean_pool" and not parts["retrieval"]["model"]:
         raise ConfigError("kw.retrieval.model must name the embedding model for backend hf_mean_pool")
     return KWSettings(env_name=str(env["name"]), env_kwargs=dict(env.get("kwargs") or {}), executor_client=dict(client),

@@ -45,6 +45,9 @@ def test_ablations_drop_the_bank_and_then_the_mi_credit(env):
     ("+kw.bank.top_k=3", "kw.bank.top_k is not an option"),
     ("kw.reward.tasks=0", r"kw.reward.tasks is 0"),
     ("kw.retrieval.backend=faiss", "kw.retrieval.backend is 'faiss'"),
+    # Accepted before (#24 item 5): a zero timeout fails every executor step; a device name fails at the first retrieval.
+    ("kw.executor.env_timeout_s=0", r"kw.executor.env_timeout_s is 0: it must be a number > 0"),
+    ("kw.retrieval.device=banana", r"kw.retrieval.device is 'banana': it must be cpu, cuda or cuda:<index>"),
     ("actor_rollout_ref.rollout.agent.default_agent_loop=skl_env", "needs a knowledge_weaver agent loop"),
 ])
 def test_a_config_that_cannot_train_stops_naming_the_key(override, message):
