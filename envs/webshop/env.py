@@ -129,6 +129,22 @@ from envs.base import (
 from envs.webshop.pages import Page, Target, WebShopServerError, parse_action, parse_page
 
 DEFAULT_URL = "http://127.0.0.1:3000"
+
+
+def server_urls(value: str) -> list[str]:
+    """The WebShop servers a ``server_url`` / ``WEBSHOP_URL`` value lists (comma-separated, spaces allowed),
+    each as ``http(s)://host[:port]``; a bare ``host:port`` is HTTP. Anything else raises ValueError."""
+    urls = []
+    for item in (part.strip() for part in value.split(",")):
+        if not item:
+            continue
+        url = item if "://" in item else "http://" + item
+        if not url.startswith(("http://", "https://")):
+            raise ValueError(f"WebShop server {item!r} is not an http(s) URL")
+        urls.append(url.rstrip("/"))
+    if not urls:
+        raise ValueError(f"no WebShop server in {value!r}")
+    return urls
 GOALS_ENDPOINT = "/skl_api/goals"
 SPLIT_CONVENTIONS: dict[str, dict[str, tuple[int, int | None]]] = {
     "webshop": {"test": (0, 500), "dev": (500, 1500), "train": (1500, None)},
@@ -197,13 +213,10 @@ class WebShopEnv(TextEnv):
             raise ValueError(f"max_goals must be a positive int or None, got {max_goals!r}")
         if not (timeout_s > 0):
             raise ValueError(f"timeout_s must be positive, got {timeout_s!r}")
-        urls = [u.strip() for u in (server_url or os.environ.get("WEBSHOP_URL") or DEFAULT_URL).split(",") if u.strip()]
+        urls = server_urls(server_url or os.environ.get("WEBSHOP_URL") or DEFAULT_URL)
         # Several servers (identically built): each env instance, i.e. each env worker process, keeps
         # one at random for its lifetime, spreading concurrent sessions over them.
-        url = urls[secrets.randbelow(len(urls))]
-        if "://" not in url:
-            url = "http://" + url
-        self.server_url = url.rstrip("/")
+        self.server_url = urls[secrets.randbelow(len(urls))]
         self.split = split
         self.split_convention = split_convention
         self.family_by = family_by

@@ -127,9 +127,15 @@ def resource_problems(env_name: str, environ: Mapping[str, str] = os.environ) ->
             problems.append(f"ALFWORLD_DATA={data} holds no ALFWorld data; run `alfworld-download` "
                             "or set ALFWORLD_DATA to its folder")
     elif env_name == "webshop":
-        problem = _webshop_problem(environ.get("WEBSHOP_URL") or "http://127.0.0.1:3000")
-        if problem:
-            problems.append(problem)
+        from envs.webshop.env import DEFAULT_URL, server_urls
+
+        value = environ.get("WEBSHOP_URL") or DEFAULT_URL
+        try:
+            urls = server_urls(value)
+        except ValueError as exc:
+            problems.append(f"WEBSHOP_URL={value}: {exc}; e.g. WEBSHOP_URL=http://127.0.0.1:3000,http://127.0.0.1:3001")
+            urls = []
+        problems += [problem for problem in map(_webshop_problem, urls) if problem]
     return problems
 
 

@@ -271,3 +271,26 @@ def test_a_missing_stockfish_stops_a_heuristic_simulation_run_before_it_starts(t
                  f"actor_rollout_ref.rollout.agent.default_agent_loop={loop}"]
     code, _, err = dry_run("skl_rl", "skl_rl_chess_distill", overrides, tmp_path)
     assert code != 0 and f"agent loop {loop!r} simulates with Stockfish" in err and "/nonexistent/stockfish" in err, err[-1500:]
+
+
+def test_several_webshop_servers_are_checked_each_and_a_file_url_is_no_server():
+    """docs/webshop_setup.md recommends several servers in WEBSHOP_URL; the check refused them, crashed on
+    ", " between them, and took file:// for a reachable server (#24 item 5)."""
+    import http.server
+    import threading
+
+    servers = [http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler) for _ in range(2)]
+    for server in servers:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        up = [f"http://127.0.0.1:{server.server_address[1]}" for server in servers]
+        assert config_checks.resource_problems("webshop", {"WEBSHOP_URL": ", ".join(up)}) == []
+        bare = f"127.0.0.1:{servers[0].server_address[1]}"  # no scheme: HTTP, as the env reads it
+        assert config_checks.resource_problems("webshop", {"WEBSHOP_URL": bare}) == []
+        down = config_checks.resource_problems("webshop", {"WEBSHOP_URL": f"{up[0]},http://127.0.0.1:9"})
+        assert len(down) == 1 and "WEBSHOP_URL=http://127.0.0.1:9 is not reachable" in down[0]
+        [file_url] = config_checks.resource_problems("webshop", {"WEBSHOP_URL": "file:///etc/hostname"})
+        assert "'file:///etc/hostname' is not an http(s) URL" in file_url
+    finally:
+        for server in servers:
+            server.shutdown()
