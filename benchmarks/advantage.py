@@ -303,7 +303,10 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: leave torch's)")
+    parser.add_argument("--quick", action="store_true", help="seconds, not minutes: tiny sizes, one repeat; checks it runs (CI)")
     args = parser.parse_args()
+    if args.quick:
+        args.samples, args.response_length, args.repeats = 256, 32, 1
     if args.threads is not None:
         torch.set_num_threads(args.threads)
 

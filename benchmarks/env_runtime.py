@@ -380,7 +380,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="times each ALFWorld game is played per row")
     parser.add_argument("--ray", action="store_true", help="also time a Ray actor env (starts a local Ray)")
     parser.add_argument("--only", choices=["frozenlake", "alfworld", "sciworld", "webshop"], default=None)
+    parser.add_argument("--quick", action="store_true", help="seconds, not minutes: tiny sizes, one repeat; checks it runs (CI)")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.only, args.rounds = "frozenlake", 1
     print(f"python {platform.python_version()}, {os.cpu_count()} cpus, load {os.getloadavg()[0]:.1f}")
     sections = {"frozenlake": frozenlake_overhead, "alfworld": lambda: alfworld_section(args.rounds),
                 "sciworld": sciworld_overhead, "webshop": webshop_section}

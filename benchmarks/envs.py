@@ -383,7 +383,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--size", type=int, default=4, help="FrozenLake map size (default 4)")
     parser.add_argument("--maps", type=int, default=8, help="number of FrozenLake maps cycled through (default 8)")
+    parser.add_argument("--quick", action="store_true", help="seconds, not minutes: tiny sizes, one repeat; checks it runs (CI)")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.seconds, args.repeats, args.maps = 0.05, 1, 2
     if args.seconds <= 0 or args.repeats < 1 or args.size < 2 or args.maps < 1:
         parser.error("need --seconds > 0, --repeats >= 1, --size >= 2, --maps >= 1")
 

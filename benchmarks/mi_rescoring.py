@@ -84,7 +84,10 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    parser.add_argument("--quick", action="store_true", help="seconds, not minutes: tiny sizes, one repeat; checks it runs (CI)")
     args = parser.parse_args()
+    if args.quick:
+        args.contexts, args.context_tokens, args.candidate_tokens, args.repeats = 2, 64, 16, 1
     torch.set_num_threads(args.threads)
 
     from transformers import AutoModelForCausalLM, AutoTokenizer

@@ -184,7 +184,10 @@ def main() -> None:
     parser.add_argument("--chess-rounds", type=int, default=4, help="passes over the 40 sample puzzles per measurement")
     parser.add_argument("--n", type=int, default=3)
     parser.add_argument("--horizons", type=int, nargs="+", default=[2, 3])
+    parser.add_argument("--quick", action="store_true", help="seconds, not minutes: tiny sizes, one repeat; checks it runs (CI)")
     args = parser.parse_args()
+    if args.quick:
+        args.repeats, args.episodes, args.chess_rounds, args.horizons = 1, 10, 1, [2]
 
     print(f"python {platform.python_version()} on {platform.machine()} ({platform.processor() or 'cpu'}); "
           f"median of {args.repeats} repeats; times per REAL step")

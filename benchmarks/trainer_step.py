@@ -57,6 +57,7 @@ def trainer(config, mode: str, estimator: str):
 
     instance = object.__new__(get_trainer_cls(mode))  # only the advantage step runs
     instance.config = OmegaConf.merge(config, {"algorithm": {"adv_estimator": estimator}})
+    instance.global_steps = 1  # what __init__ and fit() would have set; the step hooks read it
     return instance
 
 
@@ -66,7 +67,10 @@ def main(argv=None) -> None:
     parser.add_argument("--response-length", type=int, default=256)
     parser.add_argument("--group", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--quick", action="store_true", help="seconds, not minutes: tiny sizes, one repeat; checks it runs (CI)")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.samples, args.response_length, args.repeats = 64, 32, 1
 
     import ray
     import transfer_queue as tq
