@@ -84,7 +84,7 @@ def register_sync_trainer() -> None:
                 written.append("response_mask")
                 if "rollout_is_weights" in rows.batch.keys():
                     written.append("rollout_is_weights")
-            # A policy loss that needs per-token data verl does not pass it (SKL-SD Eq. 1's terms)
+            # A policy loss that needs per-token data verl does not pass it (a per-token term weight)
             # gets it encoded in rollout_is_weights (registry.register_term_weights).
             term_weights = TERM_WEIGHT_FNS.get(self.config.actor_rollout_ref.actor.policy_loss.get("loss_mode", "vanilla"))
             if term_weights is not None:
