@@ -27,6 +27,17 @@ def client(**fault):
     return EnvWorkerClient.for_env("faulty_frozenlake", {**LAKE, **fault})
 
 
+def dies(pid, within_s=5.0):
+    """The process is gone (or a zombie) within ``within_s``: a SIGKILL is delivered asynchronously, so a
+    process killed a moment ago may still be running when the killer returns."""
+    deadline = time.monotonic() + within_s
+    while alive(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
 def alive(pid):
     try:
         with open(f"/proc/{pid}/stat") as handle:
@@ -135,7 +146,7 @@ def test_a_thread_that_outlives_its_timeout_is_refused_and_its_workers_killed():
         first = env.worker_pid
         with pytest.raises(EnvCallFailed, match=r"slow_simulation\(...\) timed out after 0.3 s"):
             await guarded_call(slow_simulation, env, timeout_s=0.3)
-        assert not alive(first)
+        assert dies(first)
         await guarded_call(env.reset, TASK, seed=0, timeout_s=5)  # the episode's next task, new worker
         start = await guarded_call(env.state_key, timeout_s=5)
         await asyncio.sleep(1.2)
@@ -200,7 +211,7 @@ def test_killing_a_worker_kills_the_envs_own_processes_and_close_survives_a_hang
         assert alive(child)
         with pytest.raises(EnvCallFailed):
             await guarded_call(env.step, "right", timeout_s=0.3)
-        assert not alive(child)  # like a JVM or a Stockfish engine: gone with its worker
+        assert dies(child)  # like a JVM or a Stockfish engine: gone with its worker
 
         env = client(spawn_child=True, fault_call="close", fault_kind="hang")
         await guarded_call(env.reset, TASK, seed=0, timeout_s=5)
@@ -211,7 +222,7 @@ def test_killing_a_worker_kills_the_envs_own_processes_and_close_survives_a_hang
     started = time.monotonic()
     env.close()
     assert time.monotonic() - started < 8.0
-    assert not alive(worker) and not alive(child)
+    assert dies(worker) and dies(child)
 
 
 def test_a_worker_that_exits_on_its_own_stays_unreaped_until_its_group_is_killed():
@@ -230,7 +241,7 @@ def test_a_worker_that_exits_on_its_own_stays_unreaped_until_its_group_is_killed
         return worker, child
 
     worker, child = asyncio.run(main())
-    assert not alive(child) and not os.path.exists(f"/proc/{worker.pid}")
+    assert dies(child) and not os.path.exists(f"/proc/{worker.pid}")
 
 
 def test_a_worker_killed_between_calls_fails_the_next_call_naming_it():
@@ -266,9 +277,9 @@ def test_pool_reuses_workers_and_recycles_them_after_max_leases():
     deadline = time.monotonic() + 10
     while alive(pid1) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not alive(pid1)
+    assert dies(pid1)
     pool.close()
-    assert not alive(pid3)
+    assert dies(pid3)
 
 
 def test_episodes_in_separate_workers_run_in_parallel():
