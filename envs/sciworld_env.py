@@ -14,10 +14,9 @@ ids such as ``"1-1"``). Variations come from the package's own split of each tas
 (``get_variations_train/dev/test``, i.e. ``getVariationsTrain/Dev/Test`` on the JVM side); with
 ``max_variations_per_task=N`` only the first N variations of the split, in the package's
 (ascending) order, are kept. Task ids are ``"sciworld-<task name>-v<variation>"``.
-``task_set="l0"`` selects instead the set the SkillRise authors train and evaluate on
-(``envs.sciworld_l0``): 29 tasks (no ``use-thermometer``), ``split="train"`` their train
-variations and ``split="test"`` their *dev* variations, in that set's fixed shuffled order (which
-``max_variations_per_task`` then truncates per task).
+``task_set="l0"`` selects the SkillRise authors' set instead (``envs.sciworld_l0``): 29 tasks (no
+``use-thermometer``), ``split="train"`` their train variations and ``split="test"`` their *dev*
+variations, in that set's fixed shuffled order (``max_variations_per_task`` keeps its first N).
 
 ``TaskSpec``:
 
