@@ -265,10 +265,11 @@ def test_run_script_dry_run_shows_thinking_off_mean_norm_and_the_per_action_budg
 
 
 RELEASED_ENV_KWARGS = {
+    "alfworld": ({"split": "train", "max_steps": 10}, {"split": "valid_seen", "max_steps": 10}),  # eval_in_distribution
     "webshop": ({"split": "train", "split_convention": "verl_agent", "max_steps": 12},
                 {"split": "test", "split_convention": "verl_agent", "max_steps": 12}),
-    "sciworld": ({"split": "train", "max_steps": 30, "action_format": "templates"},
-                 {"split": "test", "max_steps": 30, "action_format": "templates"}),
+    "sciworld": ({"split": "train", "task_set": "l0", "max_steps": 30, "action_format": "templates"},
+                 {"split": "test", "task_set": "l0", "max_steps": 30, "action_format": "templates"}),
 }
 """The released splits, turn caps and action rendering SkillRise plays each env with."""
 
@@ -285,6 +286,7 @@ def planned_builds(stdout):
 
 
 @pytest.mark.parametrize("env,method,module,data_kind,loop", [
+    ("alfworld", "lamer", "skl_verl.skillrise.build_dataset", "attempts_", "lamer_alfworld"),
     ("webshop", "gigpo", "skl_verl.rollout.data", "tasks_", "step_webshop"),
     ("sciworld", "lamer", "skl_verl.skillrise.build_dataset", "attempts_", "lamer_sciworld"),
 ])
