@@ -260,3 +260,14 @@ def test_lamer_loop_stops_after_a_win_and_credits_every_sample(golden):
     returns = dict(zip(key, (data.batch["returns"].sum(-1) / mask).tolist()))
     assert returns == pytest.approx(g, abs=1e-4)
     assert advantages == pytest.approx(expected_adv, abs=1e-4)
+
+
+def test_a_bad_reflection_mode_names_the_key():
+    from skl_verl.options import ConfigError
+    from skl_verl.trainer.loop_checks import check_loop_entry
+    from skl_verl.trainer.registry import agent_loop_entries
+
+    entry = dict(agent_loop_entries()["lamer_alfworld"])
+    check_loop_entry("agent loop 'lamer_alfworld'", entry)
+    with pytest.raises(ConfigError, match="'lamer_alfworld'.reflections is 'append'"):
+        check_loop_entry("agent loop 'lamer_alfworld'", {**entry, "reflections": "append"})
