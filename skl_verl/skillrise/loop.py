@@ -131,6 +131,8 @@ class SkillRiseAgentLoop(EnvAgentLoop):
         summary = {"solve_success": sum(won) / len(won)}
         if not stop_after_success:
             summary.update({f"solve_success@{k}": w for k, w in enumerate(won)})
+        if self.stop_after_win:  # LaMer's success_rate[k]: solved within the first k + 1 attempts
+            summary.update({f"solved_by_attempt@{k}": float(any(won[: k + 1])) for k in range(len(task_ids))})
         for output in outputs:
             output.extra_fields["reward_extra_info"] = dict(summary)
         return outputs

@@ -260,6 +260,10 @@ def test_lamer_loop_stops_after_a_win_and_credits_every_sample(golden):
     returns = dict(zip(key, (data.batch["returns"].sum(-1) / mask).tolist()))
     assert returns == pytest.approx(g, abs=1e-4)
     assert advantages == pytest.approx(expected_adv, abs=1e-4)
+    # Validation reports LaMer's success_rate[k]: solved within the first k + 1 attempts.
+    solved_by = {0: [1, 1, 1], 1: [0, 1, 1], 2: [0, 0, 1], 3: [0, 0, 0]}
+    for row, trial in enumerate(session):
+        assert [fields[f"solved_by_attempt@{k}"][row] for k in range(3)] == solved_by[trial]
 
 
 def test_a_bad_reflection_mode_names_the_key():
