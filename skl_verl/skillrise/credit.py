@@ -25,9 +25,6 @@ from skl_verl.trainer.group_advantage import (
     group_relative_advantages,
 )
 
-SOLVE_RETURNS = ("task", "discounted")
-
-
 @dataclass(frozen=True)
 class SkillRiseCreditOptions:
     """``algorithm.skillrise.*``: the options of Eqs. 6–7."""
@@ -39,8 +36,6 @@ class SkillRiseCreditOptions:
     curate_weight: Annotated[float, AtLeast(0)] = 1.0
     """A loss weight on curate advantages (1.0: the paper)."""
     eps: Annotated[float, AtLeast(0)] = 1e-6
-    solve_return: Annotated[str, OneOf(*SOLVE_RETURNS)] = "task"
-    """A solve sample's return: its own r_k (the paper), or discounted like a curate's (the LaMer baseline)."""
 
 
 def skillrise_returns(
@@ -49,14 +44,10 @@ def skillrise_returns(
     position: torch.Tensor,
     is_curate: torch.Tensor,
     gamma: float,
-    solve_return: str = "task",
 ) -> torch.Tensor:
     """Eq. 6: a solve sample at position k returns its own r_k; a curate sample at k returns
     sum_{j>k} gamma^(j-k) r_j over the solve rewards of the *same trial*, plus its own score
     (0, or the penalty for an unparseable document).
-
-    ``solve_return="discounted"`` is LaMer's cross-episode return for the solve samples instead:
-    r_k + sum_{j>k} gamma^(j-k) r_j (an attempt is also credited with what later attempts gained).
 
     Args:
         scores: (B,) each sample's own scalar score.
@@ -64,13 +55,10 @@ def skillrise_returns(
         position: (B,) int task index k within the sequence, 0-based.
         is_curate: (B,) bool, True for curate samples.
         gamma: cross-task discount (paper 0.6).
-        solve_return: "task" (SkillRise) or "discounted" (LaMer).
     A position with no solve sample in a trial (e.g. a failed env) contributes r_j = 0.
     """
     if not 0.0 <= gamma <= 1.0:
         raise ValueError(f"gamma must be in [0, 1], got {gamma}")
-    if solve_return not in SOLVE_RETURNS:
-        raise ValueError(f"solve_return must be one of {SOLVE_RETURNS}, got {solve_return!r}")
     scores = scores.to(torch.float64)
     if scores.numel() == 0:
         return scores
@@ -83,8 +71,7 @@ def skillrise_returns(
     discount = torch.where(ahead > 0, gamma ** ahead.clamp(min=0).to(torch.float64), torch.zeros((), dtype=torch.float64))
     future = solve_rewards @ discount  # future[t, k] = sum_{j>k} gamma^(j-k) r_{t,j}
     ahead_of_sample = future[trial, position]
-    solve_returns = scores + ahead_of_sample if solve_return == "discounted" else scores
-    return torch.where(is_curate, scores + ahead_of_sample, solve_returns)
+    return torch.where(is_curate, scores + ahead_of_sample, scores)
 
 
 def skillrise_advantages(
@@ -97,7 +84,6 @@ def skillrise_advantages(
     norm: Normalisation = "std",
     curate_weight: float = 1.0,
     eps: float = 1e-6,
-    solve_return: str = "task",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Eq. 7: group-relative advantages over the N trials sharing (sequence, position, phase).
 
@@ -105,7 +91,7 @@ def skillrise_advantages(
     never baseline each other. ``curate_weight`` scales curate advantages (a loss weight on the
     curate phase; 1.0 is the paper). Returns (advantages, returns), each (B,).
     """
-    returns = skillrise_returns(scores, trial, position, is_curate, gamma, solve_return)
+    returns = skillrise_returns(scores, trial, position, is_curate, gamma)
     advantages = group_relative_advantages(returns, group, norm=norm, eps=eps)
     advantages = torch.where(is_curate, advantages * curate_weight, advantages)
     return advantages, returns
@@ -130,7 +116,6 @@ def skillrise_estimator(token_level_rewards, response_mask, sample_fields, optio
         position=torch.as_tensor(np.asarray(sample_fields[sf.POSITION])[rows].astype(np.int64)),
         is_curate=is_curate[first],
         gamma=float(options.gamma),
-        solve_return=options.solve_return,
     )
     scores = unit_returns[units] - step_penalties(sample_fields, len(units))
     reference = reference_rows(first, len(units), "trials")

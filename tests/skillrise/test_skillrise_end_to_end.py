@@ -160,12 +160,12 @@ def play_attempts(tmp_path, model_dir, loop_name, overrides=(), loop_options=Non
     return rollout.rollout(next(rollout.batches(1)), step=1, n=4), config, policy, task
 
 
-def test_a_rewritten_reflection_with_discounted_solve_returns_credits_later_attempts(tmp_path, tiny_model_dir):
+def test_a_rewritten_reflection_is_credited_like_a_curation(tmp_path, tiny_model_dir):
     """The reflection loop's other mode (one reflection rewritten after each attempt, every attempt played)
-    under the skillrise estimator's discounted solve return; LaMer itself: test_lamer.py."""
+    under the skillrise estimator: attempts return their own reward, reflections the discounted later ones.
+    LaMer itself: test_lamer.py."""
     data, config, policy, task = play_attempts(tmp_path, tiny_model_dir, "lamer_alfworld", [
         "algorithm.adv_estimator=skillrise", f"+algorithm.skillrise.gamma={GAMMA}",
-        "+algorithm.skillrise.solve_return=discounted",
     ], loop_options={"reflections": "rewrite", "stop_after_win": False})
     advantage_step(data, config)
 
@@ -179,7 +179,7 @@ def test_a_rewritten_reflection_with_discounted_solve_returns_credits_later_atte
         k, phase = int(fields["skl_position"][i]), fields["skl_phase"][i]
         rewards = PLAN[session]
         later = sum(GAMMA ** (j - k) * rewards[j] for j in range(k + 1, 3))
-        expected = rewards[k] + later if phase == "solve" else later
+        expected = rewards[k] if phase == "solve" else later
         assert returns[i].item() == pytest.approx(expected, abs=1e-5), (session, k, phase)
 
 

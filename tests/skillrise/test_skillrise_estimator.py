@@ -59,19 +59,6 @@ def test_curate_gets_discounted_later_solve_rewards_and_solve_its_own():
     assert by_key[("B", 1, "curate")] == pytest.approx(0.6)
 
 
-def test_lamer_solve_return_adds_the_discounted_later_attempts():
-    rows = trial_rows("A", "s", [1, 0, 1]) + trial_rows("B", "s", [0, 1, 1])
-    _, ret = run(rows, gamma=GAMMA, norm="std", solve_return="discounted")
-    by_key = {(r[0], r[2], r[3]): v for r, v in zip(rows, ret.tolist())}
-    assert by_key[("A", 0, "solve")] == pytest.approx(1 + 0.6 * 0 + 0.36 * 1)
-    assert by_key[("A", 1, "solve")] == pytest.approx(0 + 0.6 * 1)
-    assert by_key[("A", 2, "solve")] == pytest.approx(1)
-    assert by_key[("B", 0, "solve")] == pytest.approx(0 + 0.6 + 0.36)
-    assert by_key[("A", 0, "curate")] == pytest.approx(0.36)  # reflections: the discounted later attempts only
-    with pytest.raises(ValueError, match="solve_return"):
-        run(rows, solve_return="episode")
-
-
 def test_k3_n4_std_normalised_advantages_by_hand():
     solve = {"t1": [1, 1, 0], "t2": [0, 1, 1], "t3": [1, 0, 0], "t4": [0, 0, 1]}
     rows = [row for t, rs in solve.items() for row in trial_rows(t, "seq", rs)]

@@ -109,7 +109,7 @@ def test_estimators_read_their_options_through_the_same_checks():
     from skl_verl.trainer.registry import estimator_options
 
     assert estimator_options({"skillrise": {"gamma": 0.8}}, "skillrise") == SkillRiseCreditOptions(
-        gamma=0.8, norm="std", curate_weight=1.0, eps=1e-6, solve_return="task")
+        gamma=0.8, norm="std", curate_weight=1.0, eps=1e-6)
     with pytest.raises(ConfigError, match="algorithm.skl_sd.lambda_reflect is -0.5"):
         estimator_options({"skl_sd": {"lambda_reflect": -0.5}}, "skl_sd")
 
