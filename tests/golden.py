@@ -153,3 +153,60 @@ def in_order(text: str, *markers: str) -> list[int]:
         if at >= 0:
             start = at + len(marker)
     return positions
+
+
+class Checks:
+    """Soft assertions: a golden episode checks many values; a failing test lists every one that is off
+    (observed vs expected), not only the first. ``verify()`` fails the test if any check failed."""
+
+    def __init__(self) -> None:
+        self.failures: list[str] = []
+
+    def equal(self, got, want, what: str) -> bool:
+        if got != want:
+            self.failures.append(f"{what}: observed {got!r}, expected {want!r}")
+            return False
+        return True
+
+    def approx(self, got, want, what: str, tol: float = 1e-4) -> bool:
+        import pytest
+
+        if got != pytest.approx(want, abs=tol):
+            self.failures.append(f"{what}: observed {_rounded(got)}, expected {_rounded(want)}")
+            return False
+        return True
+
+    def true(self, condition: bool, what: str, detail: str = "") -> bool:
+        if not condition:
+            self.failures.append(f"{what}{': ' + detail if detail else ''}")
+        return bool(condition)
+
+    def in_order(self, text: str, markers, what: str) -> bool:
+        positions = in_order(text, *markers)
+        missing = [m for m, p in zip(markers, positions) if p < 0]
+        if missing:
+            self.failures.append(f"{what}: missing or out of order from {missing[0]!r}; prompt tail: ...{text[-1500:]!r}")
+            return False
+        return True
+
+    def rows(self, rows, expected, what: str) -> None:
+        """``expected``: {(session, position, phase): [value per row]}: the slots, their row counts, each value."""
+        got = {slot: [getattr(r, what) for r in rs] for slot, rs in by_slot(rows).items()}
+        if not self.equal(sorted(got), sorted(expected), f"{what}: slots"):
+            return
+        for slot, values in expected.items():
+            if self.equal(len(got[slot]), len(values), f"{what}: rows of {slot}"):
+                self.approx(got[slot], values, f"{what} of {slot}")
+
+    def verify(self) -> None:
+        assert not self.failures, f"{len(self.failures)} golden check(s) failed:\n" + "\n".join(self.failures)
+
+
+def _rounded(value):
+    if isinstance(value, float):
+        return round(value, 4)
+    if isinstance(value, (list, tuple)):
+        return [_rounded(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _rounded(v) for k, v in value.items()}
+    return value

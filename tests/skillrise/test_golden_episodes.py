@@ -35,9 +35,9 @@ from golden import (
     BAD_SKILL,
     BAD_TAIL,
     GOOD_SKILL,
+    Checks,
     act,
     by_slot,
-    in_order,
     mean,
     play,
     recipe_config,
@@ -56,19 +56,67 @@ APPROX = dict(abs=1e-4)
 SKILL_TEXT = GOOD_SKILL.removeprefix("<skill>").removesuffix("</skill>")
 
 
-def assert_rows(rows, expected, what):
-    """``expected``: {(session, position, phase): [value per row]}; compares the count of rows and each value."""
-    got = {slot: [getattr(r, what) for r in rs] for slot, rs in by_slot(rows).items()}
-    assert set(got) == set(expected), (what, sorted(got), sorted(expected))
-    for slot, values in expected.items():
-        assert len(got[slot]) == len(values), (what, slot, got[slot], values)
-        assert got[slot] == pytest.approx(values, **APPROX), (what, slot, got[slot], values)
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    """The tiny model's tokenizer and config; its weights never decide anything here (the policy is
+    scripted), so the format warm-up the shared ``tiny_model_dir`` trains (minutes on 2 cores) is skipped."""
+    from skl_verl.rollout.tiny_model import build_tiny_model
+
+    return str(build_tiny_model(tmp_path_factory.mktemp("golden_model"), format_steps=0))
 
 
 def evaluation_counts(data):
     """What evaluate.py reports for these solve rows: tasks (never step rows) played and won."""
     records = evaluate.solve_records(data)
     return records, evaluate.task_records(records), evaluate.success_rate(records), evaluate.pass_at_k(records, 2)
+
+
+# Every SkillRise scenario below has the same shape: one sequence of two tasks of one family, two trials.
+#   trial 0: solve0 wins, its SECOND reply unparseable; curate0 writes a valid <skill> document; solve1 wins.
+#   trial 1: solve0 loses, its FIRST reply unparseable; curate0 has no <skill> block; solve1 loses.
+def skillrise_expected(rows_t0_solve0, rows_t0_solve1, rows_t1_solve0, rows_t1_solve1):
+    """(scores, advantages) per slot for that shape, given each solve's number of rows."""
+    # Row scores s: solve rows 10 * won - 0.5 on an unparseable row; a curation after task 0 gets 0.6 * R_1,
+    # minus 0.5 without a valid <skill> block: trial 0 0.6 * 10 = 6.0, trial 1 0.6 * 0 - 0.5 = -0.5.
+    scores = {
+        (0, 0, "solve"): [10.0, 9.5] + [10.0] * (rows_t0_solve0 - 2),
+        (0, 0, "curate"): [6.0],
+        (0, 1, "solve"): [10.0] * rows_t0_solve1,
+        (1, 0, "solve"): [-0.5] + [0.0] * (rows_t1_solve0 - 1),
+        (1, 0, "curate"): [-0.5],
+        (1, 1, "solve"): [0.0] * rows_t1_solve1,
+    }
+    # skillrise, norm mean: A = s - mean of the trials' FIRST-row scores of the group.
+    #   (seq, 0, solve): first rows 10 and -0.5 -> mean 4.75 (every-row statistics would differ)
+    #   (seq, 0, curate): 6.0 and -0.5 -> mean 2.75
+    #   (seq, 1, solve): 10 and 0 -> mean 5.0
+    baseline = {(0, "solve"): 4.75, (0, "curate"): 2.75, (1, "solve"): 5.0}
+    advantages = {slot: [s - baseline[slot[1:]] for s in values] for slot, values in scores.items()}
+    assert advantages[(0, 0, "solve")][:2] == [5.25, 4.75] and advantages[(1, 0, "solve")][:2] == [-5.25, -4.75]
+    assert advantages[(0, 0, "curate")] == [3.25] and advantages[(1, 0, "curate")] == [-3.25]
+    return scores, advantages
+
+
+def check_skillrise_batch(c, data, policy, config_name, counts):
+    """Samples, scores, advantages (the recipe config's registered estimator) and evaluation counts."""
+    c.equal(dict(sorted((k, len(v)) for k, v in policy.prompts.items())), dict(sorted(counts.items())),
+            "policy calls per (trial, phase): one per turn, one per curation")
+    c.equal(len(data), sum(counts.values()), "samples in the batch")
+    metrics = advantage_step(data, recipe_config(config_name))
+    rows = rows_of(data)
+    scores, advantages = skillrise_expected(counts[(0, "solve0")], counts[(0, "solve1")], counts[(1, "solve0")],
+                                            counts[(1, "solve1")])
+    c.rows(rows, scores, "score (skl_score)")
+    c.rows(rows, advantages, "advantage")
+    # evaluate.py counts tasks: 2 trials x 2 tasks = 4 played, 2 won -> 0.5 whatever the rows per task;
+    # Pass@1 = Pass@2 = 1/2 (trial 0 solved its first task at once, trial 1 never).
+    records, tasks, rate, pass_k = evaluation_counts(data)
+    c.equal(len(records), sum(v for k, v in counts.items() if k[1].startswith("solve")), "solve rows")
+    c.equal(len(tasks), 4, "tasks played (evaluate.task_records)")
+    c.approx(rate, 0.5, "success rate over tasks (evaluate.success_rate)")
+    c.approx(pass_k, {1: 0.5, 2: 0.5}, "Pass@k over trials (evaluate.pass_at_k)")
+    for key, want in (("env/solve_success_rate@0", 0.5), ("env/solve_success_rate@1", 0.5), ("curate/error_rate", 0.5)):
+        c.approx(metrics.get(key), want, f"metric {key}")
 
 
 # ==================================================================================== ALFWorld
@@ -86,26 +134,23 @@ def alfworld_kwargs(tmp_path_factory):
     pytest.importorskip("alfworld", reason="alfworld not installed")
     pytest.importorskip("fast_downward", reason="fast-downward-textworld not installed (textworld[pddl])")
     from alfworld_games import load_generator
+    from envs import make_env
 
     out = tmp_path_factory.mktemp("alfworld_data")
     load_generator().make_games(out)
     # run_alfworld.sh's env kwargs (split, the released turn cap of 10 steps), on the generated games.
-    return {"data_dir": str(out), "split": "train", "max_steps": 10}
-
-
-def test_alfworld_walkthroughs_are_what_the_scripts_play(alfworld_kwargs):
-    from envs import make_env
-
-    env = make_env("alfworld", **alfworld_kwargs)
-    try:
+    kwargs = {"data_dir": str(out), "split": "train", "max_steps": 10}
+    env = make_env("alfworld", **kwargs)
+    try:  # the scripts below replay these plans
         assert env.walkthrough(PICK) == WALK_PICK and env.walkthrough(PICK_CLOSED) == WALK_CLOSED
         assert env.task(PICK).family == env.task(PICK_CLOSED).family == "Pick"
     finally:
         env.close()
+    return kwargs
 
 
 # SkillRise on ALFWorld: one sequence (PICK, then PICK_CLOSED), two trials.
-#   trial 0: solve0 = desk, BAD, take, bed, move        -> 5 rows, won (row 1 unparseable, not the first)
+#   trial 0: solve0 = desk, BAD, take, bed, move        -> 5 rows, won
 #            curate0 = a valid <skill> document         -> 1 row
 #            solve1 = the 6-step walkthrough            -> 6 rows, won
 #   trial 1: solve0 = BAD, then "look" ...              -> 10 rows (the turn cap counts the BAD turn), lost
@@ -121,69 +166,47 @@ ALFWORLD_SKILLRISE_SCRIPT = {
 }
 
 
-def test_skillrise_alfworld_golden_episode(tmp_path, tiny_model_dir, alfworld_kwargs):
+def test_skillrise_alfworld_golden_episode(tmp_path, model_dir, alfworld_kwargs):
     sequence = TaskSequence("pick-golden", "Pick", (PICK, PICK_CLOSED), (4.0, 6.0))
     rows = sequence_rows("alfworld", alfworld_kwargs, [sequence])
-    data, policy = play(tmp_path, tiny_model_dir, rows, "skillrise_alfworld", n=2, script=ALFWORLD_SKILLRISE_SCRIPT)
+    data, policy = play(tmp_path, model_dir, rows, "skillrise_alfworld", n=2, script=ALFWORLD_SKILLRISE_SCRIPT)
+    c = Checks()
+    prompts = policy.prompts
 
-    # (2) samples: one per policy turn, one per curation; 5 + 1 + 6 + 10 + 1 + 10 = 33.
-    assert {k: len(v) for k, v in policy.prompts.items()} == {
-        (0, "solve0"): 5, (0, "curate0"): 1, (0, "solve1"): 6, (1, "solve0"): 10, (1, "curate0"): 1, (1, "solve1"): 10}
-    assert len(data) == 33
-
-    # (1) a solve step's prompt: task 2, step 3 of trial 0 (after the curated document).
-    step3 = policy.prompts[(0, "solve1")][2]
-    positions = in_order(step3, "Skill document:", SKILL_TEXT, "Task", "Your task is to: put", "Your last 2 of 2 steps",
-                         "1. go to drawer 2 ->", "2. open drawer 2 ->", "Current observation (step 3)",
-                         "Admissible actions:")
-    assert -1 not in positions, (positions, step3)
-    assert step3.count("Admissible actions:") == 1  # only the current observation's actions
-    assert EMPTY_DOCUMENT not in step3 and "put a cellphone in bed" not in step3  # only the document crosses tasks
+    # (1) a solve step's prompt: task 2, step 3 of trial 0 (after the curated document): the document,
+    # the task as first observed, the last steps, the current observation, then its admissible actions.
+    if c.true(len(prompts[(0, "solve1")]) >= 3, "trial 0 played task 2 for 3 turns"):
+        step3 = prompts[(0, "solve1")][2]
+        c.in_order(step3, ["Skill document:", SKILL_TEXT, "Task", "Your task is to: put", "Your last 2 of 2 steps",
+                           "1. go to drawer 2 ->", "2. open drawer 2 ->", "Current observation (step 3)",
+                           "Admissible actions:"], "solve prompt, task 2 step 3")
+        c.equal(step3.count("Admissible actions:"), 1, "admissible-action lists in a step prompt")
+        c.true(EMPTY_DOCUMENT not in step3 and "put a cellphone in bed" not in step3,
+               "only the curated document crosses tasks")
     # The unparseable reply was a turn: its last 30 characters went to the env, which answered as for any
     # inadmissible action ("Nothing happens."), and the next prompt shows exactly that step.
-    after_bad = policy.prompts[(0, "solve0")][2]
-    assert -1 not in in_order(after_bad, EMPTY_DOCUMENT, "Your last 2 of 2 steps", "1. go to desk 1 ->",
-                              f"2. {BAD_TAIL} -> Nothing happens.", "Current observation (step 3)",
-                              "Admissible actions:"), after_bad
-    # step_history 15 > the 10-turn cap: trial 1's last turn shows all 9 earlier steps.
-    last = policy.prompts[(1, "solve1")][-1]
-    assert "Your last 9 of 9 steps" in last and "Current observation (step 10)" in last, last[-3000:]
-    assert EMPTY_DOCUMENT in policy.prompts[(1, "solve1")][0]  # the malformed curation kept the empty document
+    if c.true(len(prompts[(0, "solve0")]) >= 3, "trial 0 played task 1 for 3 turns"):
+        c.in_order(prompts[(0, "solve0")][2], [EMPTY_DOCUMENT, "Your last 2 of 2 steps", "1. go to desk 1 ->",
+                                               f"2. {BAD_TAIL} -> Nothing happens.", "Current observation (step 3)",
+                                               "Admissible actions:"], "solve prompt after an unparseable reply")
+    # step_history 15 > the 10-turn cap: trial 1's last turn of task 2 shows all 9 earlier steps.
+    c.in_order(prompts[(1, "solve1")][-1], ["Your last 9 of 9 steps", "1. look ->", "9. look ->",
+                                            "Current observation (step 10)"], "solve prompt at the turn cap")
+    c.true(EMPTY_DOCUMENT in prompts[(1, "solve1")][0], "a malformed curation keeps the previous (empty) document")
 
     # (1) a curation's prompt: document, task, outcome, the attempt's steps (action -> result), instruction.
-    curate = policy.prompts[(0, "curate0")][0]
-    assert -1 not in in_order(curate, "Current skill document:", EMPTY_DOCUMENT, "Most recent task:",
-                              "put a cellphone in bed", "Outcome: success", "Last 5 of 5 steps", "1. go to desk 1 ->",
-                              f"2. {BAD_TAIL} -> Nothing happens.", "5. move cellphone 1 to bed 1 ->",
-                              "Write the revised skill document inside <skill>"), curate
-    assert "Outcome: failure" in policy.prompts[(1, "curate0")][0]
-    assert "Last 10 of 10 steps" in policy.prompts[(1, "curate0")][0]
+    c.in_order(prompts[(0, "curate0")][0], ["Current skill document:", EMPTY_DOCUMENT, "Most recent task:",
+                                            "put a cellphone in bed", "Outcome: success", "Last 5 of 5 steps",
+                                            "1. go to desk 1 ->", f"2. {BAD_TAIL} -> Nothing happens.",
+                                            "5. move cellphone 1 to bed 1 ->",
+                                            "Write the revised skill document inside <skill>"], "curation prompt (won)")
+    c.in_order(prompts[(1, "curate0")][0], ["Outcome: failure", "Last 10 of 10 steps", "10. look ->"],
+               "curation prompt (lost at the turn cap)")
 
-    metrics = advantage_step(data, recipe_config("skillrise_alfworld"))
-    rows = rows_of(data)
-    # (3) scores. Solve rows: 10 * won - 0.5 on an unparseable row. Curations: 0.6 * R_1 - 0.5 if malformed:
-    # trial 0: 0.6 * 10 = 6.0; trial 1: 0.6 * 0 - 0.5 = -0.5.
-    scores = {
-        (0, 0, "solve"): [10, 9.5, 10, 10, 10], (0, 0, "curate"): [6.0], (0, 1, "solve"): [10] * 6,
-        (1, 0, "solve"): [-0.5] + [0] * 9, (1, 0, "curate"): [-0.5], (1, 1, "solve"): [0] * 10,
-    }
-    # Advantages, norm mean (skillrise_base.yaml). Group (sequence, 0, solve): first-row scores 10 and -0.5,
-    # mean 4.75. Group (sequence, 0, curate): 6.0 and -0.5, mean 2.75. Group (sequence, 1, solve): 10 and 0, mean 5.
-    advantages = {
-        (0, 0, "solve"): [5.25, 4.75, 5.25, 5.25, 5.25], (0, 0, "curate"): [3.25], (0, 1, "solve"): [5.0] * 6,
-        (1, 0, "solve"): [-5.25] + [-4.75] * 9, (1, 0, "curate"): [-3.25], (1, 1, "solve"): [-5.0] * 10,
-    }
-    assert_rows(rows, scores, "score")
-    assert_rows(rows, advantages, "advantage")
-
-    # (4) evaluation counts tasks: 4 tasks played (2 trials x 2 positions), 2 won -> 0.5 (the 31 solve rows,
-    # 11 of them won, would read 0.355); Pass@1 = Pass@2 = 1/2 (trial 0 solved task 1 on its first try).
-    records, tasks, rate, pass_k = evaluation_counts(data)
-    assert len(records) == 31 and len(tasks) == 4
-    assert rate == pytest.approx(0.5) and pass_k == pytest.approx({1: 0.5, 2: 0.5})
-    assert metrics["env/solve_success_rate@0"] == pytest.approx(0.5)
-    assert metrics["env/solve_success_rate@1"] == pytest.approx(0.5)
-    assert metrics["curate/error_rate"] == pytest.approx(0.5)
+    # (2)-(4): 5 + 1 + 6 + 10 + 1 + 10 = 33 samples; scores, advantages and evaluation counts.
+    counts = {(0, "solve0"): 5, (0, "curate0"): 1, (0, "solve1"): 6, (1, "solve0"): 10, (1, "curate0"): 1, (1, "solve1"): 10}
+    check_skillrise_batch(c, data, policy, "skillrise_alfworld", counts)
+    c.verify()
 
 
 # Baselines on ALFWorld (step_alfworld, one task PICK, three trials), played once for GRPO, GiGPO and RLOO.
@@ -207,11 +230,9 @@ assert mean(EVERY_ROW) == pytest.approx(4.95) and unbiased_std(EVERY_ROW) == pyt
 
 
 @pytest.fixture(scope="module")
-def baseline_batch(tmp_path_factory, tiny_model_dir, alfworld_kwargs):
+def baseline_batch(tmp_path_factory, model_dir, alfworld_kwargs):
     rows = env_rows("alfworld", alfworld_kwargs, task_ids=[PICK])
-    data, policy = play(tmp_path_factory.mktemp("baselines"), tiny_model_dir, rows, "step_alfworld", n=3,
-                        script=BASELINE_SCRIPT)
-    return data, policy
+    return play(tmp_path_factory.mktemp("baselines"), model_dir, rows, "step_alfworld", n=3, script=BASELINE_SCRIPT)
 
 
 def baseline_rows(baseline_batch, config_name):
@@ -222,30 +243,37 @@ def baseline_rows(baseline_batch, config_name):
 
 def test_baseline_alfworld_episodes_rows_and_scores(baseline_batch):
     data, policy = baseline_batch
-    assert {k: len(v) for k, v in policy.prompts.items()} == {(0, "solve0"): 5, (1, "solve0"): 5, (2, "solve0"): 10}
+    c = Checks()
+    c.equal(dict(sorted((k, len(v)) for k, v in policy.prompts.items())),
+            {(0, "solve0"): 5, (1, "solve0"): 5, (2, "solve0"): 10}, "policy calls per trial")
     rows = rows_of(data)
-    assert len(rows) == 20 and [r.step for r in rows] == [*range(5), *range(5), *range(10)]
-    assert_rows(rows, BASELINE_SCORES, "score")
-    # step_history 15: trial 2's last prompt (step 10) shows its 9 earlier steps, task first.
-    last = policy.prompts[(2, "solve0")][-1]
-    assert -1 not in in_order(last, "Task (as first observed):", "Your task is to: put a cellphone in bed",
-                              "Your last 9 of 9 steps", "1. look ->", "9. look ->", "Current observation (step 10)",
-                              "Admissible actions:"), last[-3000:]
+    c.equal([r.step for r in rows], [*range(5), *range(5), *range(10)], "step index of each row")
+    c.rows(rows, BASELINE_SCORES, "score (skl_score)")
+    # step_history 15: trial 2's last prompt (step 10) shows its 9 earlier steps, the task first.
+    c.in_order(policy.prompts[(2, "solve0")][-1], ["Task (as first observed):", "Your task is to: put a cellphone in bed",
+                                                   "Your last 9 of 9 steps", "1. look ->", "9. look ->",
+                                                   "Current observation (step 10)", "Admissible actions:"],
+               "step prompt at the turn cap")
     # trial 1's first reply was unparseable: its second prompt shows that step as the env answered it.
-    assert f"1. {BAD_TAIL} -> Nothing happens." in policy.prompts[(1, "solve0")][1]
+    c.in_order(policy.prompts[(1, "solve0")][1], [f"1. {BAD_TAIL} -> Nothing happens.", "Current observation (step 2)"],
+               "step prompt after an unparseable first reply")
     _, tasks, rate, _ = evaluation_counts(data)
-    assert len(tasks) == 3 and rate == pytest.approx(2 / 3)  # tasks, not the 10 won of 20 rows
+    c.equal(len(tasks), 3, "tasks played")
+    c.approx(rate, 2 / 3, "success rate over tasks")  # not 10 won of 20 rows
+    c.verify()
 
 
 def test_grpo_alfworld_golden_episode(baseline_batch):
     rows = baseline_rows(baseline_batch, "grpo")
-    # GRPO as released: mean 4.95 and std 5.080666 over EVERY step row of the task group.
+    # GRPO as released: mean 4.95 and unbiased std 5.080666 over EVERY step row of the task group.
     m, sd = 4.95, 5.080666
     expected = {slot: [(s - m) / (sd + 1e-6) for s in scores] for slot, scores in BASELINE_SCORES.items()}
     # e.g. trial 0 row 0: (10 - 4.95) / 5.080666 = 0.99395; trial 1 row 0: (9.5 - 4.95) / 5.080666 = 0.89555;
     # trial 2: -4.95 / 5.080666 = -0.97428.
     assert expected[(0, 0, "act")][0] == pytest.approx(0.99395, abs=1e-4)
-    assert_rows(rows, expected, "advantage")
+    c = Checks()
+    c.rows(rows, expected, "advantage")
+    c.verify()
 
 
 def test_rloo_alfworld_golden_episode(baseline_batch):
@@ -257,11 +285,12 @@ def test_rloo_alfworld_golden_episode(baseline_batch):
         (1, 0, "act"): [4.5, 5.0, 5.0, 5.0, 5.0],
         (2, 0, "act"): [-9.75] * 10,
     }
-    assert_rows(rows, expected, "advantage")
+    c = Checks()
+    c.rows(rows, expected, "advantage")
+    c.verify()
 
 
 def test_gigpo_alfworld_golden_episode(baseline_batch):
-    data, _ = baseline_batch
     rows = baseline_rows(baseline_batch, "gigpo")
     # Anchor states, by hand. The first valid command of a game changes its facts (ALFWorld marks the
     # start as left), later "look"s do not, and an unparseable reply (an inadmissible command) changes
@@ -274,11 +303,13 @@ def test_gigpo_alfworld_golden_episode(baseline_batch):
         (1, 0, "act"): ["0F", "0F", "1T", "2T", "3T"],
         (2, 0, "act"): ["0F"] + ["0T"] * 9,
     }
+    c = Checks()
     keys = {}
     for slot, rs in by_slot(rows).items():
-        for r, label in zip(rs, state[slot]):
+        for r, label in zip(rs, state.get(slot, [])):
             keys.setdefault(label, set()).add(r.anchor)
-    assert all(len(v) == 1 for v in keys.values()) and len({next(iter(v)) for v in keys.values()}) == len(keys), keys
+    c.true(all(len(v) == 1 for v in keys.values()) and len({min(v) for v in keys.values()}) == len(keys),
+           "anchor states as derived by hand", str({k: len(v) for k, v in keys.items()}))
     # G = sum_{t' >= t} 0.95^(t' - t) r_t', r = 10 at the winning step (row 4 of trials 0 and 1):
     g = [10 * 0.95**4, 10 * 0.95**3, 10 * 0.95**2, 10 * 0.95, 10.0]  # 8.1450625, 8.57375, 9.025, 9.5, 10
     G = {(0, 0, "act"): g, (1, 0, "act"): g, (2, 0, "act"): [0.0] * 10}
@@ -298,7 +329,135 @@ def test_gigpo_alfworld_golden_episode(baseline_batch):
     }
     assert expected[(1, 0, "act")][1] == pytest.approx(7.407797, abs=1e-5)
     assert expected[(2, 0, "act")][0] == pytest.approx(-11.165953, abs=1e-5)
-    assert_rows(rows, expected, "advantage")
+    c.rows(rows, expected, "advantage")
+    c.verify()
+
+
+# ==================================================================================== WebShop
+
+# Goals 500 and 503 of the stand-in (run_webshop.sh's train split, verl-agent's convention): "coffee table that
+# is solid wood", for its Travel (B000000CC1) and Deluxe (B000000CC2) editions; family "furniture".
+WEBSHOP_TASKS = ("webshop-500", "webshop-503")
+#   trial 0: solve0 = search, BAD, click CC1, buy      -> 4 rows, won (reward 1.0)
+#            curate0 = valid; solve1 = search, click CC2, buy -> 3 rows, won
+#   trial 1: solve0 = BAD, search shampoo, click AAA, buy -> 4 rows, lost (wrong category: reward 0.05)
+#            curate0 = malformed; solve1 = search x 12 -> 12 rows, lost at the turn cap
+WEBSHOP_SCRIPT = {
+    (0, "solve0"): [act("search[coffee table]"), BAD, act("click[b000000cc1]"), act("click[buy now]")],
+    (0, "curate0"): [GOOD_SKILL],
+    (0, "solve1"): [act("search[coffee table]"), act("click[b000000cc2]"), act("click[buy now]")],
+    (1, "solve0"): [BAD, act("search[shampoo]"), act("click[b000000aaa]"), act("click[buy now]")],
+    (1, "curate0"): [BAD_SKILL],
+    (1, "solve1"): [act("search[coffee table]")],
+}
+
+
+@pytest.fixture(scope="module")
+def webshop_url():
+    from webshop_standin import MiniWebShopStandIn
+
+    server = MiniWebShopStandIn()
+    yield server.url
+    server.close()
+
+
+def test_skillrise_webshop_golden_episode(tmp_path, model_dir, webshop_url):
+    # run_webshop.sh's env kwargs (verl-agent's train split, the released turn cap of 12 steps).
+    kwargs = {"server_url": webshop_url, "split": "train", "split_convention": "verl_agent", "max_steps": 12}
+    rows = sequence_rows("webshop", kwargs, [TaskSequence("furniture-golden", "furniture", WEBSHOP_TASKS, (1.0, 1.0))])
+    data, policy = play(tmp_path, model_dir, rows, "skillrise_webshop", n=2, script=WEBSHOP_SCRIPT)
+    c = Checks()
+    prompts = policy.prompts
+    goal = "i need coffee table that is solid wood"
+    if c.true(len(prompts[(0, "solve0")]) >= 3, "trial 0 played task 1 for 3 turns"):
+        step3 = prompts[(0, "solve0")][2]
+        c.in_order(step3, ["Skill document:", EMPTY_DOCUMENT, "Task", goal, "Your last 2 of 2 steps",
+                           "1. search[coffee table] ->", f"2. {BAD_TAIL} -> Invalid action",
+                           "Current observation (step 3)", "Admissible actions:"], "solve prompt after an unparseable reply")
+        c.equal(step3.count("Admissible actions:"), 1, "admissible-action lists in a step prompt")
+    if c.true(len(prompts[(0, "solve1")]) >= 2, "trial 0 played task 2 for 2 turns"):
+        c.in_order(prompts[(0, "solve1")][1], ["Skill document:", SKILL_TEXT, "Task", goal, "Your last 1 of 1 steps",
+                                               "1. search[coffee table] ->", "Current observation (step 2)",
+                                               "Admissible actions:"], "solve prompt of task 2 (curated document)")
+    # step_history 5: at the 12th (capped) turn only steps 7-11 are shown.
+    last = prompts[(1, "solve1")][-1]
+    c.in_order(last, ["Your last 5 of 11 steps", "7. search[coffee table] ->", "11. search[coffee table] ->",
+                      "Current observation (step 12)"], "solve prompt at the turn cap")
+    c.true("6. search[coffee table] ->" not in last, "steps older than step_history are not shown")
+    c.in_order(prompts[(0, "curate0")][0], ["Current skill document:", EMPTY_DOCUMENT, "Most recent task:", goal,
+                                            "Outcome: success", "Last 4 of 4 steps", "1. search[coffee table] ->",
+                                            f"2. {BAD_TAIL} -> Invalid action", "4. click[buy now] ->",
+                                            "Write the revised skill document inside <skill>"], "curation prompt (won)")
+    c.in_order(prompts[(1, "curate0")][0], ["Outcome: failure", "Last 4 of 4 steps", f"1. {BAD_TAIL} ->"],
+               "curation prompt (lost)")
+    c.true(EMPTY_DOCUMENT in prompts[(1, "solve1")][0], "a malformed curation keeps the previous (empty) document")
+    counts = {(0, "solve0"): 4, (0, "curate0"): 1, (0, "solve1"): 3, (1, "solve0"): 4, (1, "curate0"): 1, (1, "solve1"): 12}
+    check_skillrise_batch(c, data, policy, "skillrise_webshop", counts)
+    c.verify()
+
+
+# ==================================================================================== ScienceWorld
+
+# find-non-living-thing, variations 0 and 1 of the train split; the package's gold action sequences.
+SCIWORLD_TASKS = ("sciworld-find-non-living-thing-v0", "sciworld-find-non-living-thing-v1")
+GOLD_V0 = ["open door to kitchen", "go to kitchen", "look around", "focus on table", "move table to red box"]
+GOLD_V1 = ["open door to hallway", "go to hallway", "open door to kitchen", "go to kitchen", "look around",
+           "focus on drawer in counter", "move drawer in counter to green box"]
+#   trial 0: solve0 = open, BAD, the other 4 gold steps -> 6 rows, won; curate0 valid; solve1 = 7 gold steps, won
+#   trial 1: solve0 = BAD, "focus on agent" (a living thing: the task fails, score -100) -> 2 rows, lost
+#            curate0 malformed; solve1 = "look around" x 30 -> 30 rows, lost at the turn cap
+SCIWORLD_SCRIPT = {
+    (0, "solve0"): [act(GOLD_V0[0]), BAD, *map(act, GOLD_V0[1:])],
+    (0, "curate0"): [GOOD_SKILL],
+    (0, "solve1"): [act(a) for a in GOLD_V1],
+    (1, "solve0"): [BAD, act("focus on agent")],
+    (1, "curate0"): [BAD_SKILL],
+    (1, "solve1"): [act("look around")],
+}
+
+
+@pytest.mark.skipif(importlib.util.find_spec("scienceworld") is None or shutil.which("java") is None,
+                    reason="scienceworld package or java missing")
+def test_skillrise_sciworld_golden_episode(tmp_path, model_dir):
+    # run_sciworld.sh's env kwargs (turn cap 30, action templates), two variations of one task.
+    kwargs = {"task_names": ["find-non-living-thing"], "split": "train", "max_variations_per_task": 2, "max_steps": 30,
+              "action_format": "templates", "gold_cache_dir": str(tmp_path / "gold")}
+    sequence = TaskSequence("find-non-living-thing-golden", "find-non-living-thing", SCIWORLD_TASKS, (5.0, 7.0))
+    data, policy = play(tmp_path, model_dir, sequence_rows("sciworld", kwargs, [sequence]), "skillrise_sciworld", n=2,
+                        script=SCIWORLD_SCRIPT)
+    c = Checks()
+    prompts = policy.prompts
+    task = "Your task is to find a(n) non-living thing"
+    if c.true(len(prompts[(0, "solve0")]) >= 5, "trial 0 played task 1 for 5 turns"):
+        c.in_order(prompts[(0, "solve0")][2], ["Skill document:", EMPTY_DOCUMENT, "Task", task, "Your last 2 of 2 steps",
+                                               "1. open door to kitchen ->",
+                                               f"2. {BAD_TAIL} -> No known action matches that input.",
+                                               "Current observation (step 3)", "Action templates"],
+                   "solve prompt after an unparseable reply")
+        # step_history 2: step 5 shows steps 3 and 4 only.
+        step5 = prompts[(0, "solve0")][4]
+        c.in_order(step5, ["Skill document:", task, "Your last 2 of 4 steps", "3. go to kitchen ->", "4. look around ->",
+                           "Current observation (step 5)", "Action templates"], "solve prompt, step 5")
+        c.true("1. open door to kitchen ->" not in step5 and f"2. {BAD_TAIL}" not in step5,
+               "steps older than step_history are not shown")
+    if c.true(len(prompts[(0, "solve1")]) >= 1, "trial 0 played task 2"):
+        c.in_order(prompts[(0, "solve1")][0], ["Skill document:", SKILL_TEXT, "Task", task, "Action templates"],
+                   "first solve prompt of task 2 (curated document)")
+    last = prompts[(1, "solve1")][-1]
+    c.in_order(last, ["Your last 2 of 29 steps", "28. look around ->", "29. look around ->",
+                      "Current observation (step 30)", "Action templates"], "solve prompt at the turn cap")
+    c.true("27. look around ->" not in last, "steps older than step_history are not shown at the cap")
+    # history_window 30: the curator sees the whole attempt.
+    c.in_order(prompts[(0, "curate0")][0], ["Current skill document:", EMPTY_DOCUMENT, "Most recent task:", task,
+                                            "Outcome: success", "Last 6 of 6 steps", "1. open door to kitchen ->",
+                                            f"2. {BAD_TAIL} -> No known action matches that input.",
+                                            "6. move table to red box ->", "Write the revised skill document inside <skill>"],
+               "curation prompt (won)")
+    c.in_order(prompts[(1, "curate0")][0], ["Outcome: failure", "Last 2 of 2 steps", "2. focus on agent ->"],
+               "curation prompt (lost)")
+    counts = {(0, "solve0"): 6, (0, "curate0"): 1, (0, "solve1"): 7, (1, "solve0"): 2, (1, "curate0"): 1, (1, "solve1"): 30}
+    check_skillrise_batch(c, data, policy, "skillrise_sciworld", counts)
+    c.verify()
 
 
 # ================================================================== recipe settings the episodes assume
