@@ -189,9 +189,11 @@ class Checks:
             return False
         return True
 
-    def rows(self, rows, expected, what: str) -> None:
-        """``expected``: {(session, position, phase): [value per row]}: the slots, their row counts, each value."""
-        got = {slot: [getattr(r, what) for r in rs] for slot, rs in by_slot(rows).items()}
+    def rows(self, rows, expected, attribute: str, what: str | None = None) -> None:
+        """``expected``: {(session, position, phase): [value per row]}: the slots, their row counts, and each
+        row's ``attribute`` (a ``Row`` field)."""
+        what = what or attribute
+        got = {slot: [getattr(r, attribute) for r in rs] for slot, rs in by_slot(rows).items()}
         if not self.equal(sorted(got), sorted(expected), f"{what}: slots"):
             return
         for slot, values in expected.items():

@@ -106,7 +106,7 @@ def check_skillrise_batch(c, data, policy, config_name, counts):
     rows = rows_of(data)
     scores, advantages = skillrise_expected(counts[(0, "solve0")], counts[(0, "solve1")], counts[(1, "solve0")],
                                             counts[(1, "solve1")])
-    c.rows(rows, scores, "score (skl_score)")
+    c.rows(rows, scores, "score", "score (skl_score)")
     c.rows(rows, advantages, "advantage")
     # evaluate.py counts tasks: 2 trials x 2 tasks = 4 played, 2 won -> 0.5 whatever the rows per task;
     # Pass@1 = Pass@2 = 1/2 (trial 0 solved its first task at once, trial 1 never).
@@ -248,7 +248,7 @@ def test_baseline_alfworld_episodes_rows_and_scores(baseline_batch):
             {(0, "solve0"): 5, (1, "solve0"): 5, (2, "solve0"): 10}, "policy calls per trial")
     rows = rows_of(data)
     c.equal([r.step for r in rows], [*range(5), *range(5), *range(10)], "step index of each row")
-    c.rows(rows, BASELINE_SCORES, "score (skl_score)")
+    c.rows(rows, BASELINE_SCORES, "score", "score (skl_score)")
     # step_history 15: trial 2's last prompt (step 10) shows its 9 earlier steps, the task first.
     c.in_order(policy.prompts[(2, "solve0")][-1], ["Task (as first observed):", "Your task is to: put a cellphone in bed",
                                                    "Your last 9 of 9 steps", "1. look ->", "9. look ->",
@@ -257,9 +257,10 @@ def test_baseline_alfworld_episodes_rows_and_scores(baseline_batch):
     # trial 1's first reply was unparseable: its second prompt shows that step as the env answered it.
     c.in_order(policy.prompts[(1, "solve0")][1], [f"1. {BAD_TAIL} -> Nothing happens.", "Current observation (step 2)"],
                "step prompt after an unparseable first reply")
-    _, tasks, rate, _ = evaluation_counts(data)
-    c.equal(len(tasks), 3, "tasks played")
-    c.approx(rate, 2 / 3, "success rate over tasks")  # not 10 won of 20 rows
+    # The trainer's env metrics count episodes, not step rows: 2 of 3 won (not 10 of 20 rows), 20 / 3 rows each.
+    metrics = advantage_step(copy.deepcopy(data), recipe_config("grpo", ["env=alfworld"]))
+    c.approx(metrics.get("env/success_rate"), 2 / 3, "metric env/success_rate")
+    c.approx(metrics.get("env/samples_per_episode"), 20 / 3, "metric env/samples_per_episode")
     c.verify()
 
 
@@ -314,21 +315,21 @@ def test_gigpo_alfworld_golden_episode(baseline_batch):
     g = [10 * 0.95**4, 10 * 0.95**3, 10 * 0.95**2, 10 * 0.95, 10.0]  # 8.1450625, 8.57375, 9.025, 9.5, 10
     G = {(0, 0, "act"): g, (1, 0, "act"): g, (2, 0, "act"): [0.0] * 10}
     # Step groups: "0F": trial 0 row 0 (8.1450625), trial 1 rows 0-1 (8.1450625, 8.57375), trial 2 row 0 (0):
-    # mean 6.215953; "1T": trial 0 rows 1-2 (8.57375, 9.025), trial 1 row 2 (9.025): mean 8.874583;
+    # mean 24.863875 / 4 = 6.215969; "1T": trial 0 rows 1-2 (8.57375, 9.025), trial 1 row 2 (9.025): mean 8.874583;
     # "0T": trial 2 rows 1-9, all 0; "2T", "3T": trials 0 and 1 with equal G: A^S = 0.
     groups = {}
     for slot in state:
         for label, value in zip(state[slot], G[slot]):
             groups.setdefault(label, []).append(value)
-    assert mean(groups["0F"]) == pytest.approx(6.215953, abs=1e-5) and mean(groups["1T"]) == pytest.approx(8.874583, abs=1e-5)
+    assert mean(groups["0F"]) == pytest.approx(6.215969, abs=1e-5) and mean(groups["1T"]) == pytest.approx(8.874583, abs=1e-5)
     # A = (s - 4.95) + 1.0 * (G - mean of G over the row's step group); e.g. trial 1 row 1: (10 - 4.95) +
-    # (8.57375 - 6.215953) = 7.407797; trial 2 row 0: -4.95 - 6.215953 = -11.165953.
+    # (8.57375 - 6.215969) = 7.407781; trial 2 row 0: -4.95 - 6.215969 = -11.165969.
     expected = {
         slot: [(s - 4.95) + (G[slot][t] - mean(groups[state[slot][t]])) for t, s in enumerate(scores)]
         for slot, scores in BASELINE_SCORES.items()
     }
-    assert expected[(1, 0, "act")][1] == pytest.approx(7.407797, abs=1e-5)
-    assert expected[(2, 0, "act")][0] == pytest.approx(-11.165953, abs=1e-5)
+    assert expected[(1, 0, "act")][1] == pytest.approx(7.407781, abs=1e-5)
+    assert expected[(2, 0, "act")][0] == pytest.approx(-11.165969, abs=1e-5)
     c.rows(rows, expected, "advantage")
     c.verify()
 
@@ -398,19 +399,22 @@ def test_skillrise_webshop_golden_episode(tmp_path, model_dir, webshop_url):
 
 # ==================================================================================== ScienceWorld
 
-# find-non-living-thing, variations 0 and 1 of the train split; the package's gold action sequences.
-SCIWORLD_TASKS = ("sciworld-find-non-living-thing-v0", "sciworld-find-non-living-thing-v1")
-GOLD_V0 = ["open door to kitchen", "go to kitchen", "look around", "focus on table", "move table to red box"]
-GOLD_V1 = ["open door to hallway", "go to hallway", "open door to kitchen", "go to kitchen", "look around",
-           "focus on drawer in counter", "move drawer in counter to green box"]
-#   trial 0: solve0 = open, BAD, the other 4 gold steps -> 6 rows, won; curate0 valid; solve1 = 7 gold steps, won
-#   trial 1: solve0 = BAD, "focus on agent" (a living thing: the task fails, score -100) -> 2 rows, lost
+# find-living-thing, variations 0 and 1 of the train split; the package's gold action sequences.
+SCIWORLD_TASKS = ("sciworld-find-living-thing-v0", "sciworld-find-living-thing-v1")
+GOLD_V0 = ["open door to kitchen", "go to kitchen", "open door to outside", "go to outside", "look around",
+           "focus on blue jay", "pick up blue jay", "open door to kitchen", "go to kitchen",
+           "move egg blue jay egg in inventory to red box"]
+GOLD_V1 = ["open door to hallway", "go to hallway", "open door to greenhouse", "go to greenhouse", "open door to outside",
+           "go to outside", "look around", "focus on blue jay", "pick up blue jay", "open door to kitchen",
+           "go to kitchen", "move egg blue jay egg in inventory to green box"]
+#   trial 0: solve0 = open, BAD, the other 9 gold steps -> 11 rows, won; curate0 valid; solve1 = 12 gold steps, won
+#   trial 1: solve0 = BAD, "focus on air" (not a living thing: the task fails, score -100) -> 2 rows, lost
 #            curate0 malformed; solve1 = "look around" x 30 -> 30 rows, lost at the turn cap
 SCIWORLD_SCRIPT = {
     (0, "solve0"): [act(GOLD_V0[0]), BAD, *map(act, GOLD_V0[1:])],
     (0, "curate0"): [GOOD_SKILL],
     (0, "solve1"): [act(a) for a in GOLD_V1],
-    (1, "solve0"): [BAD, act("focus on agent")],
+    (1, "solve0"): [BAD, act("focus on air")],
     (1, "curate0"): [BAD_SKILL],
     (1, "solve1"): [act("look around")],
 }
@@ -420,14 +424,14 @@ SCIWORLD_SCRIPT = {
                     reason="scienceworld package or java missing")
 def test_skillrise_sciworld_golden_episode(tmp_path, model_dir):
     # run_sciworld.sh's env kwargs (turn cap 30, action templates), two variations of one task.
-    kwargs = {"task_names": ["find-non-living-thing"], "split": "train", "max_variations_per_task": 2, "max_steps": 30,
+    kwargs = {"task_names": ["find-living-thing"], "split": "train", "max_variations_per_task": 2, "max_steps": 30,
               "action_format": "templates", "gold_cache_dir": str(tmp_path / "gold")}
-    sequence = TaskSequence("find-non-living-thing-golden", "find-non-living-thing", SCIWORLD_TASKS, (5.0, 7.0))
+    sequence = TaskSequence("find-living-thing-golden", "find-living-thing", SCIWORLD_TASKS, (10.0, 12.0))
     data, policy = play(tmp_path, model_dir, sequence_rows("sciworld", kwargs, [sequence]), "skillrise_sciworld", n=2,
                         script=SCIWORLD_SCRIPT)
     c = Checks()
     prompts = policy.prompts
-    task = "Your task is to find a(n) non-living thing"
+    task = "Your task is to find a(n) living thing"
     if c.true(len(prompts[(0, "solve0")]) >= 5, "trial 0 played task 1 for 5 turns"):
         c.in_order(prompts[(0, "solve0")][2], ["Skill document:", EMPTY_DOCUMENT, "Task", task, "Your last 2 of 2 steps",
                                                "1. open door to kitchen ->",
@@ -436,7 +440,7 @@ def test_skillrise_sciworld_golden_episode(tmp_path, model_dir):
                    "solve prompt after an unparseable reply")
         # step_history 2: step 5 shows steps 3 and 4 only.
         step5 = prompts[(0, "solve0")][4]
-        c.in_order(step5, ["Skill document:", task, "Your last 2 of 4 steps", "3. go to kitchen ->", "4. look around ->",
+        c.in_order(step5, ["Skill document:", task, "Your last 2 of 4 steps", "3. go to kitchen ->", "4. open door to outside ->",
                            "Current observation (step 5)", "Action templates"], "solve prompt, step 5")
         c.true("1. open door to kitchen ->" not in step5 and f"2. {BAD_TAIL}" not in step5,
                "steps older than step_history are not shown")
@@ -449,13 +453,14 @@ def test_skillrise_sciworld_golden_episode(tmp_path, model_dir):
     c.true("27. look around ->" not in last, "steps older than step_history are not shown at the cap")
     # history_window 30: the curator sees the whole attempt.
     c.in_order(prompts[(0, "curate0")][0], ["Current skill document:", EMPTY_DOCUMENT, "Most recent task:", task,
-                                            "Outcome: success", "Last 6 of 6 steps", "1. open door to kitchen ->",
+                                            "Outcome: success", "Last 11 of 11 steps", "1. open door to kitchen ->",
                                             f"2. {BAD_TAIL} -> No known action matches that input.",
-                                            "6. move table to red box ->", "Write the revised skill document inside <skill>"],
+                                            "11. move egg blue jay egg in inventory to red box ->",
+                                            "Write the revised skill document inside <skill>"],
                "curation prompt (won)")
-    c.in_order(prompts[(1, "curate0")][0], ["Outcome: failure", "Last 2 of 2 steps", "2. focus on agent ->"],
+    c.in_order(prompts[(1, "curate0")][0], ["Outcome: failure", "Last 2 of 2 steps", "2. focus on air ->"],
                "curation prompt (lost)")
-    counts = {(0, "solve0"): 6, (0, "curate0"): 1, (0, "solve1"): 7, (1, "solve0"): 2, (1, "curate0"): 1, (1, "solve1"): 30}
+    counts = {(0, "solve0"): 11, (0, "curate0"): 1, (0, "solve1"): 12, (1, "solve0"): 2, (1, "curate0"): 1, (1, "solve1"): 30}
     check_skillrise_batch(c, data, policy, "skillrise_sciworld", counts)
     c.verify()
 
