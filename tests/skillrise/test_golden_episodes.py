@@ -397,6 +397,66 @@ def test_skillrise_webshop_golden_episode(tmp_path, model_dir, webshop_url):
     c.verify()
 
 
+class ShopperPolicy:
+    """Scripted evaluation policy, by prompt content: on a coffee-table goal it buys a coffee table in 3
+    steps (won); on any other goal it searches for nothing until the turn cap (lost); curations write a
+    valid document."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+
+    async def generate(self, request_id, *, prompt_ids, sampling_params, **_):
+        import re
+
+        from verl.workers.rollout.replica import TokenOutput
+
+        prompt = self.tokenizer.decode(prompt_ids)
+        step = re.search(r"Current observation \(step (\d+)\)", prompt)  # the step prompt says which step it is
+        turn = int(step.group(1)) - 1 if step else 0
+        if ":curate" in request_id:
+            text = GOOD_SKILL
+        elif "i need coffee table" in prompt:
+            text = act(["search[coffee table]", "click[b000000ccc]", "click[buy now]"][min(turn, 2)])
+        else:
+            text = act("search[nothing]")
+        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"] + [self.tokenizer.eos_token_id]
+        return TokenOutput(token_ids=ids, log_probs=[-0.5] * len(ids))
+
+
+def test_skillrise_webshop_evaluation_counts_tasks(tmp_path, model_dir, webshop_url, monkeypatch):
+    """evaluate.py's Pass@k and test-time scaling on the stand-in's first 6 goals (shampoo, headphones and
+    coffee table, two editions each; families of 2), played by ShopperPolicy with skillrise_webshop: the 2
+    coffee-table goals are won in 3 steps, the other 4 lost after 12 (the turn cap)."""
+    import json
+
+    rows = {}
+    real_rollouts = evaluate.run_rollouts
+
+    def rollouts(args, env_kwargs, sequences, tokenizer, client, workdir, name):
+        rows[name] = real_rollouts(args, env_kwargs, sequences, tokenizer, client, workdir, name)
+        return rows[name]
+
+    monkeypatch.setattr(evaluate, "run_rollouts", rollouts)
+    monkeypatch.setattr(evaluate, "generation_client", lambda tokenizer, *a, **k: ShopperPolicy(tokenizer))
+    kwargs = {"server_url": webshop_url, "split": "all", "max_goals": 6, "max_steps": 12}
+    out = tmp_path / "results.json"
+    evaluate.main(["--env", "webshop", "--env-kwargs", json.dumps(kwargs), "--model", model_dir, "--max-tasks", "6",
+                   "--attempts", "2", "--scaling-k", "1,2", "--max-prompt-length", "32768", "--out", str(out)])
+    results = json.loads(out.read_text())
+    c = Checks()
+    # Pass@k: 2 of 6 tasks solved on the first try, none on the second -> 1/3, 1/3 over 6 tasks played.
+    c.approx(results["pass_at_k"], {"1": 1 / 3, "2": 1 / 3}, "Pass@1, Pass@2")
+    c.equal(results["pass_at_k_tasks_played"], 6, "Pass@k tasks played")
+    # Scaling: every K plays the same 6 tasks once: 2 won -> 1/3. The rows would say 6 won of 6 + 4 * 12 = 54.
+    for k in ("1", "2"):
+        c.approx(results["scaling"][k], {"success_rate": 1 / 3, "tasks_played": 6}, f"scaling K={k}")
+    scaled = rows.get("scaling_k1", [])
+    c.equal((len(scaled), sum(r["won"] for r in scaled)), (54, 6), "solve rows of scaling K=1 (rows, won rows)")
+    # Pass@k rows: the 2 coffee goals stop after their first (won, 3-row) attempt; the other 4 play 2 x 12.
+    c.equal(len(rows.get("pass_at_k", [])), 2 * 3 + 4 * 2 * 12, "solve rows of Pass@k")
+    c.verify()
+
+
 # ==================================================================================== ScienceWorld
 
 # find-living-thing, variations 0 and 1 of the train split; the package's gold action sequences.
