@@ -277,6 +277,47 @@ def test_grpo_alfworld_golden_episode(baseline_batch):
     c.verify()
 
 
+def test_grpo_counting_trials_alfworld_golden_episode(baseline_batch):
+    data = copy.deepcopy(baseline_batch[0])
+    advantage_step(data, recipe_config("grpo", ["env=alfworld", "++algorithm.skl_grpo.count=trials"]))
+    # count: trials: the statistics are over each trial's FIRST row: 10, 9.5, 0 -> mean 6.5,
+    # unbiased std sqrt((3.5^2 + 3^2 + 6.5^2) / 2) = sqrt(31.75) = 5.634714; every row still uses its own s.
+    first = [10, 9.5, 0]
+    assert mean(first) == 6.5 and unbiased_std(first) == pytest.approx(5.634714, abs=1e-6)
+    expected = {slot: [(s - 6.5) / (5.634714 + 1e-6) for s in scores] for slot, scores in BASELINE_SCORES.items()}
+    c = Checks()
+    c.rows(rows_of(data), expected, "advantage")
+    c.verify()
+
+
+def test_ppo_alfworld_golden_episode(baseline_batch):
+    """skl_gae (the PPO baseline) is verl's GAE over each step row with s on its last token. With a stand-in
+    critic that values every token 0 and PPO's gamma = lam = 1, every token of a row returns s, and verl
+    whitens the advantages over all response tokens of the batch."""
+    import torch
+
+    data = copy.deepcopy(baseline_batch[0])
+    data.batch["values"] = torch.zeros_like(data.batch["response_mask"], dtype=torch.float32)
+    advantage_step(data, recipe_config("ppo", ["env=alfworld"]))
+    mask = data.batch["response_mask"].float()
+    tokens = [int(n) for n in mask.sum(-1)]  # each row's reply tokens (the action and its end-of-sequence token)
+    scores = [s for slot in BASELINE_SCORES.values() for s in slot]
+    # masked_whiten: token-weighted mean and unbiased (Bessel over tokens) variance of the per-token advantage s.
+    total = sum(tokens)
+    mu = sum(n * s for n, s in zip(tokens, scores)) / total
+    var = sum(n * (s - mu) ** 2 for n, s in zip(tokens, scores)) / total * total / (total - 1)
+    whitened = [(s - mu) / (var + 1e-8) ** 0.5 for s in scores]
+    c = Checks()
+    returns = ((data.batch["returns"] * mask).sum(-1) / mask.sum(-1)).tolist()
+    c.approx(returns, scores, "returns (s on every token, values 0)")
+    c.approx(rows_and_advantages(data), whitened, "advantages (verl's whitened GAE)")
+    c.verify()
+
+
+def rows_and_advantages(data):
+    return [r.advantage for r in rows_of(data)]
+
+
 def test_rloo_alfworld_golden_episode(baseline_batch):
     rows = baseline_rows(baseline_batch, "rloo")
     # First-row scores: trial 0 10, trial 1 9.5 (its first reply was unparseable), trial 2 0.
