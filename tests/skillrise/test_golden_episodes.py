@@ -166,10 +166,17 @@ ALFWORLD_SKILLRISE_SCRIPT = {
 }
 
 
-def test_skillrise_alfworld_golden_episode(tmp_path, model_dir, alfworld_kwargs):
+@pytest.fixture(scope="module")
+def alfworld_skillrise_batch(tmp_path_factory, model_dir, alfworld_kwargs):
     sequence = TaskSequence("pick-golden", "Pick", (PICK, PICK_CLOSED), (4.0, 6.0))
     rows = sequence_rows("alfworld", alfworld_kwargs, [sequence])
-    data, policy = play(tmp_path, model_dir, rows, "skillrise_alfworld", n=2, script=ALFWORLD_SKILLRISE_SCRIPT)
+    return play(tmp_path_factory.mktemp("skillrise_alfworld"), model_dir, rows, "skillrise_alfworld", n=2,
+                script=ALFWORLD_SKILLRISE_SCRIPT)
+
+
+def test_skillrise_alfworld_golden_episode(alfworld_skillrise_batch):
+    data, policy = alfworld_skillrise_batch
+    data = copy.deepcopy(data)
     c = Checks()
     prompts = policy.prompts
 
@@ -206,6 +213,22 @@ def test_skillrise_alfworld_golden_episode(tmp_path, model_dir, alfworld_kwargs)
     # (2)-(4): 5 + 1 + 6 + 10 + 1 + 10 = 33 samples; scores, advantages and evaluation counts.
     counts = {(0, "solve0"): 5, (0, "curate0"): 1, (0, "solve1"): 6, (1, "solve0"): 10, (1, "curate0"): 1, (1, "solve1"): 10}
     check_skillrise_batch(c, data, policy, "skillrise_alfworld", counts)
+    c.verify()
+
+
+def test_skillrise_std_norm_alfworld_golden_episode(alfworld_skillrise_batch):
+    data = copy.deepcopy(alfworld_skillrise_batch[0])
+    advantage_step(data, recipe_config("skillrise_alfworld", ["algorithm.skillrise.norm=std"]))
+    scores, _ = skillrise_expected(5, 6, 10, 10)
+    # norm std: (s - mean) / (std + 1e-6), mean and unbiased std over the trials' FIRST-row scores. Two trials:
+    # std = |a - b| / sqrt(2): (seq, 0, solve) 10 and -0.5 -> 7.424621; (seq, 0, curate) 6 and -0.5 -> 4.596194;
+    # (seq, 1, solve) 10 and 0 -> 7.071068.
+    stats = {(0, "solve"): (4.75, 7.424621), (0, "curate"): (2.75, 4.596194), (1, "solve"): (5.0, 7.071068)}
+    assert unbiased_std([10, -0.5]) == pytest.approx(7.424621, abs=1e-6)
+    expected = {slot: [(s - stats[slot[1:]][0]) / (stats[slot[1:]][1] + 1e-6) for s in values]
+                for slot, values in scores.items()}
+    c = Checks()
+    c.rows(rows_of(data), expected, "advantage")
     c.verify()
 
 
