@@ -604,9 +604,17 @@ def test_turn_caps_count_policy_turns(env, cap):
 
 @pytest.mark.parametrize("name", ["grpo", "gigpo", "rloo", "ppo"])
 def test_baseline_mini_batches_hold_128_step_samples(name):
-    """verl 0.9.1's trainer updates the actor on mini-batches of ``ppo_mini_batch_size * rollout.n`` rows
-    (``RayPPOTrainer._update_actor``; the critic likewise), and every row of a step loop is one step sample."""
+    """verl 0.9.1's v1 trainer (which ``skl_sync`` extends) updates the actor on mini-batches of
+    ``ppo_mini_batch_size * rollout.n`` rows (``_update_actor``; the critic likewise), and every row of a
+    step loop is one step sample: the recipe's two numbers must multiply to the released 128."""
+    import inspect
+
+    from verl.trainer.ppo.v1.trainer_base import PPOTrainer
+
     from skl_verl.trainer.registry import estimator_options
+
+    update = inspect.getsource(PPOTrainer._update_actor)
+    assert "ppo_mini_batch_size * self.config.actor_rollout_ref.rollout.n" in update  # verl's normalisation
 
     config = recipe_config(name, ["env=alfworld"])
     mini_batch, n = int(config.actor_rollout_ref.actor.ppo_mini_batch_size), int(config.actor_rollout_ref.rollout.n)
