@@ -616,13 +616,16 @@ def test_baseline_mini_batches_hold_128_step_samples(name):
     update = inspect.getsource(PPOTrainer._update_actor)
     assert "ppo_mini_batch_size * self.config.actor_rollout_ref.rollout.n" in update  # verl's normalisation
 
+    c = Checks()
     config = recipe_config(name, ["env=alfworld"])
     mini_batch, n = int(config.actor_rollout_ref.actor.ppo_mini_batch_size), int(config.actor_rollout_ref.rollout.n)
-    assert (mini_batch, n, mini_batch * n) == (mini_batch, n, 128)
+    c.equal(mini_batch * n, 128, f"{name}: actor mini-batch rows (ppo_mini_batch_size {mini_batch} x rollout.n {n})")
     if name == "ppo":
-        assert int(config.critic.ppo_mini_batch_size) * n == 128
+        c.equal(int(config.critic.ppo_mini_batch_size) * n, 128, "ppo: critic mini-batch rows")
     if name == "gigpo":
-        assert estimator_options(config.algorithm, "gigpo").norm == "mean"  # LaMer's Qwen3-4B GiGPO script
+        c.equal(estimator_options(config.algorithm, "gigpo").norm, "mean", "gigpo norm (LaMer's Qwen3-4B GiGPO script)")
     skillrise = recipe_config("skillrise_alfworld")
-    assert skillrise.actor_rollout_ref.actor.ppo_mini_batch_size * skillrise.actor_rollout_ref.rollout.n == 128
-    assert estimator_options(skillrise.algorithm, "skillrise").norm == "mean"
+    c.equal(int(skillrise.actor_rollout_ref.actor.ppo_mini_batch_size) * int(skillrise.actor_rollout_ref.rollout.n), 128,
+            "skillrise: actor mini-batch rows")
+    c.equal(estimator_options(skillrise.algorithm, "skillrise").norm, "mean", "skillrise norm")
+    c.verify()
