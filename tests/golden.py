@@ -52,6 +52,32 @@ class ScriptedPolicy:
         return TokenOutput(token_ids=ids, log_probs=[-0.5] * len(ids))
 
 
+class ShopperPolicy:
+    """Scripted evaluation policy, by prompt content: on a coffee-table goal it buys a coffee table in 3
+    steps (won); on any other goal it searches for nothing until the turn cap (lost); curations write a
+    valid document."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+
+    async def generate(self, request_id, *, prompt_ids, sampling_params, **_):
+        import re
+
+        from verl.workers.rollout.replica import TokenOutput
+
+        prompt = self.tokenizer.decode(prompt_ids)
+        step = re.search(r"Current observation \(step (\d+)\)", prompt)  # the step prompt says which step it is
+        turn = int(step.group(1)) - 1 if step else 0
+        if ":curate" in request_id:
+            text = GOOD_SKILL
+        elif "i need coffee table" in prompt:
+            text = act(["search[coffee table]", "click[b000000ccc]", "click[buy now]"][min(turn, 2)])
+        else:
+            text = act("search[nothing]")
+        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"] + [self.tokenizer.eos_token_id]
+        return TokenOutput(token_ids=ids, log_probs=[-0.5] * len(ids))
+
+
 def play(tmp_path, model_dir, rows, loop: str, n: int, script, prompt_length: int = 32768):
     """Play the dataset's first row ``n`` times (sessions 0..n-1) with ``loop``; (DataProto, policy).
 
@@ -105,22 +131,23 @@ class Row:
 
 def rows_of(data) -> list[Row]:
     """The batch's rows in batch order; advantage = the row's (token-constant) advantage."""
+    from skl_verl.rollout import sample_fields as sf
+
     fields, mask = data.non_tensor_batch, data.batch["response_mask"]
     adv = (data.batch["advantages"] * mask).sum(-1) / mask.sum(-1) if "advantages" in data.batch.keys() else None
     out = []
     for i in range(len(data)):
-        step = fields.get("skl_step_index", [None] * len(data))[i]
-        anchor = fields.get("skl_anchor_state", [None] * len(data))[i]
+        step = fields.get(sf.STEP_INDEX, [None] * len(data))[i]
         out.append(Row(
             index=i,
-            session=int(str(fields["skl_trajectory_id"][i]).rsplit("_", 1)[1]),
-            position=int(fields["skl_position"][i]),
-            phase=str(fields["skl_phase"][i]),
+            session=int(str(fields[sf.TRAJECTORY_ID][i]).rsplit("_", 1)[1]),
+            position=int(fields[sf.POSITION][i]),
+            phase=str(fields[sf.PHASE][i]),
             step=None if step is None else int(step),
-            score=float(fields["skl_score"][i]),
+            score=float(fields[sf.SCORE][i]),
             advantage=float("nan") if adv is None else float(adv[i]),
-            anchor=anchor,
-            won=fields["skl_won"][i] if "skl_won" in fields else None,
+            anchor=fields.get(sf.ANCHOR_STATE, [None] * len(data))[i],
+            won=fields[sf.WON][i] if sf.WON in fields else None,
         ))
     return out
 

@@ -20,6 +20,10 @@ The released rules these episodes encode:
   + (G - mean of G over the task group's rows that acted from the same state), G the row's 0.95-discounted
   return of env-step rewards (10 at the winning step), a state reached once giving 0;
 * ``skl_rloo``: A = s - mean of the OTHER trials' first-row scores;
+* ``skillrise`` with norm std, and ``skl_grpo`` with ``count: trials``: mean and unbiased std over the trials'
+  first-row scores, A = (s - mean) / (std + 1e-6);
+* ``skl_gae`` (PPO): verl's GAE over each row with s on its last token;
+* evaluation (evaluate.py) counts tasks, never step rows;
 * baseline mini-batches: 128 step samples.
 """
 
@@ -36,6 +40,7 @@ from golden import (
     BAD_TAIL,
     GOOD_SKILL,
     Checks,
+    ShopperPolicy,
     act,
     by_slot,
     mean,
@@ -52,7 +57,6 @@ from skl_verl.skillrise.build_dataset import sequence_rows
 from skl_verl.skillrise.prompts import EMPTY_DOCUMENT
 from skl_verl.skillrise.sequences import TaskSequence
 
-APPROX = dict(abs=1e-4)
 SKILL_TEXT = GOOD_SKILL.removeprefix("<skill>").removesuffix("</skill>")
 
 
@@ -459,32 +463,6 @@ def test_skillrise_webshop_golden_episode(tmp_path, model_dir, webshop_url):
     counts = {(0, "solve0"): 4, (0, "curate0"): 1, (0, "solve1"): 3, (1, "solve0"): 4, (1, "curate0"): 1, (1, "solve1"): 12}
     check_skillrise_batch(c, data, policy, "skillrise_webshop", counts)
     c.verify()
-
-
-class ShopperPolicy:
-    """Scripted evaluation policy, by prompt content: on a coffee-table goal it buys a coffee table in 3
-    steps (won); on any other goal it searches for nothing until the turn cap (lost); curations write a
-    valid document."""
-
-    def __init__(self, tokenizer):
-        self.tokenizer = tokenizer
-
-    async def generate(self, request_id, *, prompt_ids, sampling_params, **_):
-        import re
-
-        from verl.workers.rollout.replica import TokenOutput
-
-        prompt = self.tokenizer.decode(prompt_ids)
-        step = re.search(r"Current observation \(step (\d+)\)", prompt)  # the step prompt says which step it is
-        turn = int(step.group(1)) - 1 if step else 0
-        if ":curate" in request_id:
-            text = GOOD_SKILL
-        elif "i need coffee table" in prompt:
-            text = act(["search[coffee table]", "click[b000000ccc]", "click[buy now]"][min(turn, 2)])
-        else:
-            text = act("search[nothing]")
-        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"] + [self.tokenizer.eos_token_id]
-        return TokenOutput(token_ids=ids, log_probs=[-0.5] * len(ids))
 
 
 def test_skillrise_webshop_evaluation_counts_tasks(tmp_path, model_dir, webshop_url, monkeypatch):
