@@ -7,6 +7,7 @@ from skl_verl.trainer import registry
 from skl_verl.trainer.estimators import (
     TRIAL_FIELDS,
     GroupNormOptions,
+    RowCountOptions,
     check_critic,
     grouped_grpo_estimator,
     grouped_rloo_estimator,
@@ -18,7 +19,7 @@ from skl_verl.trainer.gigpo import GIGPO_FIELDS, GigpoOptions, check_step_sample
 
 def register() -> None:
     registry.register_estimator("skl_grpo", grouped_grpo_estimator, options=GroupNormOptions, required_fields=TRIAL_FIELDS)
-    registry.register_estimator("skl_rloo", grouped_rloo_estimator, required_fields=TRIAL_FIELDS)
+    registry.register_estimator("skl_rloo", grouped_rloo_estimator, options=RowCountOptions, required_fields=TRIAL_FIELDS)
     registry.register_estimator("skl_gae", step_gae_estimator, required_fields=(sf.TRAJECTORY_ID,), run_check=check_critic,
                                 compares_rollouts=False)
     registry.register_estimator("gigpo", gigpo_estimator, options=GigpoOptions, required_fields=GIGPO_FIELDS,

@@ -7,8 +7,8 @@ The dataset row names the env and task in ``extra_info``::
 
     extra_info = {"env_spec": '{"name": "frozenlake", "kwargs": {...}}', "task_id": "...", "index": i}
 
-Bad model output (no tag, empty action, unknown action) is answered with an observation that
-says what was wrong, counted, and penalised; it never raises.
+Bad model output (no tag, empty action, unknown action) is counted and penalised, never raised:
+answered with what was wrong, or (``unparseable_reply_tail``) its tail sent to the env as released.
 """
 
 from __future__ import annotations
@@ -58,8 +58,7 @@ class EpisodeResult:
     truncated: bool = False
     """Stopped by max_turns or the response-length budget rather than by the env."""
     failed: str | None = None
-    """Set when an env call failed (timed out, raised, lost its worker, broke the protocol): which call
-    and why. The sample is kept (reward 0) and flagged."""
+    """Which env call failed and why (timeout, exception, lost worker, protocol): kept, reward 0, flagged."""
     task_text: str = ""
     """The first observation (task description + admissible actions), without any preamble."""
     first_observation: str = ""
@@ -74,8 +73,7 @@ class EpisodeResult:
     weight_versions: list[int] = field(default_factory=list)
     """The rollout weights' ``global_steps`` of every generation in the episode (verl's staleness tags)."""
     actions: list[tuple[str, str]] = field(default_factory=list)
-    """Per turn, (the parsed action or what was wrong with the reply, the env's raw observation or
-    feedback): the compact record step prompts and curators show."""
+    """Per turn, (action sent or what was wrong, env observation or feedback): step prompts' and curators' record."""
     step_samples: list["StepSample"] = field(default_factory=list)
     """Step mode: one trained sample per policy turn."""
 
@@ -117,9 +115,8 @@ class TurnContext:
 
 
 SAMPLE_GRANULARITIES = ("episode", "step")
-"""``episode``: one sample per episode (verl's native multi-turn sample: env tokens masked, one
-response budget for the whole episode). ``step``: one sample per policy turn with its own prompt
-and a per-action budget (the SkillRise authors' verl-agent setup)."""
+"""``episode``: one sample per episode (verl's multi-turn sample: env tokens masked, one response budget).
+``step``: one sample per policy turn, its own prompt and per-action budget (the SkillRise authors' setup)."""
 
 
 def parse_env_spec(extra_info: dict[str, Any]) -> tuple[str, dict[str, Any], str]:
@@ -162,6 +159,7 @@ class EnvAgentLoop(DeclaredOptions, AgentLoopBase):
         reward_scale: Annotated[float, Above(0)] = 10.0,
         sample_granularity: Annotated[str, OneOf(*SAMPLE_GRANULARITIES)] = "episode",
         step_history: Annotated[int, AtLeast(0)] = 4,
+        unparseable_reply_tail: Annotated[int, AtLeast(0)] = 0,
         **kwargs: Any,
     ):
         super().__init__(*args, **kwargs)
@@ -173,6 +171,7 @@ class EnvAgentLoop(DeclaredOptions, AgentLoopBase):
         self.max_turns = max_turns
         self.parser = build_parser(parser)
         self.invalid_format_penalty = invalid_format_penalty
+        self.unparseable_reply_tail = unparseable_reply_tail
         self.env_step_timeout_s = env_step_timeout_s
         self.system_prompt = system_prompt
         self.response_length = self.rollout_config.response_length
@@ -373,14 +372,18 @@ class EnvAgentLoop(DeclaredOptions, AgentLoopBase):
         """Apply one model turn to the env; return (feedback observation, episode over)."""
         parsed = self.parser(text)
         episode.last_step = None
+        action = parsed.action
         if not parsed.ok:
             episode.invalid_format_turns += 1
-            episode.actions.append(("(no valid action)", f"Invalid response: {parsed.error}."))
-            actions = await self._prompt_actions(env, timing)
-            return f"Invalid response: {parsed.error}.\n\n{self.render_observation('Try again.', actions)}", False
-        step = await self._env_call(timing, env.step, parsed.action)
+            if not self.unparseable_reply_tail:
+                episode.actions.append(("(no valid action)", f"Invalid response: {parsed.error}."))
+                actions = await self._prompt_actions(env, timing)
+                return f"Invalid response: {parsed.error}.\n\n{self.render_observation('Try again.', actions)}", False
+            # As the released projections: the reply's tail is still a move (an env step, usually inadmissible).
+            action = text[-self.unparseable_reply_tail:]
+        step = await self._env_call(timing, env.step, action)
         episode.last_step = step
-        episode.actions.append((parsed.action, step.observation))
+        episode.actions.append((action, step.observation))
         episode.env_return += step.reward
         episode.invalid_action_turns += int(step.invalid_action)
         episode.won = episode.won or step.won
@@ -554,10 +557,8 @@ def weight_versions(output: Any) -> list[int]:
 
 
 def weight_version_fields(versions: list[int], trainer_step: int) -> dict[str, int]:
-    """verl's staleness tags (``min/max_global_steps``), which its v1 trainer requires on every
-    sample. A sample without any generation (a failed reset, a teacher-forced target built from
-    text) is tagged with the weights of this rollout step (``trainer_step``): those of the previous
-    update."""
+    """verl's staleness tags (``min/max_global_steps``), required by its v1 trainer on every sample. One
+    without any generation (a failed reset, a teacher-forced target) gets this rollout step's weights."""
     versions = versions or [max(trainer_step - 1, 0)]
     return {"min_global_steps": min(versions), "max_global_steps": max(versions)}
 

@@ -12,12 +12,18 @@ from skl_verl.options import AtLeast, Between, OneOf
 from skl_verl.rollout import sample_fields as sf
 from skl_verl.trainer.estimators import (
     outcome_scores,
+    reference_rows,
+    row_groups,
     step_penalties,
     to_tokens,
-    trial_groups,
     trial_units,
 )
-from skl_verl.trainer.group_advantage import Normalisation, group_codes, group_relative_advantages
+from skl_verl.trainer.group_advantage import (
+    Normalisation,
+    advantages_against_reference,
+    group_codes,
+    group_relative_advantages,
+)
 
 SOLVE_RETURNS = ("task", "discounted")
 
@@ -106,27 +112,28 @@ def skillrise_advantages(
 
 
 def skillrise_estimator(token_level_rewards, response_mask, sample_fields, options, **_):
-    """SkillRise Eqs. 6–7 on one score per trial phase (episode or step samples alike); in step mode
-    every step sample gets its trial phase's advantage minus its own format penalty. Options:
-    ``SkillRiseCreditOptions``."""
+    """SkillRise Eqs. 6–7 on episode or step samples, as the released trainer applies them: each trial
+    phase's return (Eq. 6, from one score per trial phase) minus the sample's own format penalty is the
+    sample's score; a group's mean (and std) are over one score per trial, its first step's (released:
+    each trial's first row in the batch, which is its first step on an unshuffled batch); every sample is
+    normalised with them (Eq. 7). Options: ``SkillRiseCreditOptions``."""
     phase = np.asarray(sample_fields[sf.PHASE]).astype(str)
     bad = sorted(set(phase) - {"solve", "curate"})
     if bad:
         raise ValueError(f"skillrise estimator got phases {bad}; expected only 'solve' and 'curate'")
     units, first = trial_units(sample_fields)
     rows = first.numpy()
-    scores = outcome_scores(token_level_rewards).to(torch.float64)
-    unit_advantages, unit_returns = skillrise_advantages(
-        scores[first],
+    is_curate = torch.as_tensor(phase == "curate")
+    unit_returns = skillrise_returns(
+        outcome_scores(token_level_rewards).to(torch.float64)[first],
         trial=group_codes(np.asarray(sample_fields[sf.TRAJECTORY_ID])[rows]),
-        group=trial_groups(sample_fields, first),
         position=torch.as_tensor(np.asarray(sample_fields[sf.POSITION])[rows].astype(np.int64)),
-        is_curate=torch.as_tensor(phase[rows] == "curate"),
+        is_curate=is_curate[first],
         gamma=float(options.gamma),
-        norm=options.norm,
-        curate_weight=float(options.curate_weight),
-        eps=float(options.eps),
         solve_return=options.solve_return,
     )
-    advantages = unit_advantages[units] - step_penalties(sample_fields, len(units))
+    scores = unit_returns[units] - step_penalties(sample_fields, len(units))
+    reference = reference_rows(first, len(units), "trials")
+    advantages = advantages_against_reference(scores, row_groups(sample_fields), reference, norm=options.norm, eps=float(options.eps))
+    advantages = torch.where(is_curate, advantages * float(options.curate_weight), advantages)
     return to_tokens(advantages, unit_returns[units], response_mask)

@@ -19,7 +19,7 @@ from verl.trainer.ppo import core_algos
 from skl_verl.options import AtLeast, ConfigError, OneOf
 from skl_verl.rollout import sample_fields as sf
 from skl_verl.skl import fields as skl_fields
-from skl_verl.trainer.estimators import GroupNormOptions, outcome_scores, to_tokens
+from skl_verl.trainer.estimators import NormOptions, outcome_scores, to_tokens
 from skl_verl.trainer.registry import require_fields
 from skl_verl.trainer.group_advantage import group_codes, group_relative_advantages
 
@@ -217,7 +217,7 @@ def skl_sd_term_weights(sample_fields: dict[str, np.ndarray], response_mask: tor
 
 
 @dataclass(frozen=True)
-class SklSdOptions(GroupNormOptions):
+class SklSdOptions(NormOptions):
     """``algorithm.skl_sd.*``: Eq. 1's reading and weights (norm and eps: the GRPO advantages)."""
 
     objective: Annotated[str, OneOf(*OBJECTIVE_LOSS_MODES)] = "policy_gradient"
@@ -256,7 +256,7 @@ def check_skl_sd_loss(config: Any, options: SklSdOptions, loop_entry: Any) -> No
 
 
 @dataclass(frozen=True)
-class SklRlOptions(GroupNormOptions):
+class SklRlOptions(NormOptions):
     """``algorithm.skl_rl.*`` (norm and eps: the GRPO advantages of Eq. 4)."""
 
     distill_coef: Annotated[float, AtLeast(0)] = 0.1

@@ -41,6 +41,7 @@ SKL_OPTIONS = {
     "recipe": Option(str, ""),
     "val_agent_loop": Option(str, "", optional=True),
     "env": Option(str, None, choices=tuple(ENV_CLASSES), optional=True),
+    "mini_batch_samples": Option(int, None, low=1, optional=True),
 }
 """``skl.*``: what skl_verl.main itself reads."""
 
@@ -64,11 +65,27 @@ def check_config(config: DictConfig, entries: Mapping[str, Mapping[str, Any]]) -
     check_rollouts_to_compare(config, ESTIMATORS)
     skl = config.get("skl") or {}
     check_section("skl", OmegaConf.to_container(skl) if isinstance(skl, DictConfig) else skl, SKL_OPTIONS)
+    check_mini_batch_samples(config)
     path = OmegaConf.select(config, "actor_rollout_ref.rollout.agent.agent_loop_config_path")
     if path:  # the registered loops were checked when their recipe registered them
         for index, entry in enumerate(OmegaConf.to_container(OmegaConf.load(str(path)), resolve=True)):
             check_loop_entry(f"{path}: agent loop {entry.get('name', index)!r}", entry)
     check_rescoring_room(config, entries)
+
+
+def check_mini_batch_samples(config: DictConfig) -> None:
+    """``skl.mini_batch_samples`` is split evenly over the data-parallel ranks and into micro-batches (verl
+    asserts both deep inside the update; here the key is named before any worker starts)."""
+    samples = OmegaConf.select(config, "skl.mini_batch_samples")
+    if samples is None:
+        return
+    gpus = int(OmegaConf.select(config, "trainer.n_gpus_per_node", default=1)) * int(OmegaConf.select(config, "trainer.nnodes", default=1))
+    micro = OmegaConf.select(config, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu")
+    if samples % gpus or (micro and (samples // gpus) % int(micro)):
+        raise ConfigError(
+            f"skl.mini_batch_samples={samples} must split into {gpus} GPU(s) x whole micro-batches of "
+            f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={micro}; change one of them"
+        )
 
 
 def check_algorithm_sections(algorithm: Mapping[str, Any], estimators: Mapping[str, Any]) -> None:

@@ -19,15 +19,33 @@ from verl.trainer.ppo import core_algos
 
 from skl_verl.options import AtLeast, ConfigError, OneOf
 from skl_verl.rollout import sample_fields as sf
-from skl_verl.trainer.group_advantage import first_rows, group_codes, group_relative_advantages, leave_one_out_advantages
+from skl_verl.trainer.group_advantage import advantages_against_reference, first_rows, group_codes, leave_one_out_advantages
+
+ROW_COUNTS = ("steps", "trials")
+
 
 @dataclass(frozen=True)
-class GroupNormOptions:
-    """``algorithm.skl_grpo.*`` (and the base of other group-relative estimators' options)."""
+class RowCountOptions:
+    """``algorithm.skl_rloo.*`` (and the base of the group-normalising estimators' options)."""
+
+    count: Annotated[str, OneOf(*ROW_COUNTS)] = "steps"
+    """Whose scores make a group's baseline: every step sample's, as the released GRPO/GiGPO/RLOO
+    (verl-agent's ``compute_mean_std_cross_all_data``), so longer trials weigh more; or one per trial,
+    its first step's (``trials``)."""
+
+
+@dataclass(frozen=True)
+class NormOptions:
+    """How a group-relative estimator normalises (the base of its options)."""
 
     norm: Annotated[str, OneOf("std", "mean")] = "std"
     """Divide by the group's std (GRPO) or only subtract its mean."""
     eps: Annotated[float, AtLeast(0)] = 1e-6
+
+
+@dataclass(frozen=True)
+class GroupNormOptions(NormOptions, RowCountOptions):
+    """``algorithm.skl_grpo.*`` (and the base of GiGPO's options)."""
 
 
 def outcome_scores(token_level_rewards: torch.Tensor) -> torch.Tensor:
@@ -41,9 +59,18 @@ def to_tokens(advantages: torch.Tensor, returns: torch.Tensor, response_mask: to
 
 def trial_units(sample_fields: dict[str, np.ndarray]) -> tuple[torch.Tensor, torch.Tensor]:
     """(unit id per sample, first row per unit), a unit being one trial's phase at one position: one
-    sample in episode mode, one per env step in step mode (see ``group_advantage.first_rows``)."""
+    sample in episode mode, one per env step in step mode. A unit's first row is its first env step
+    (``skl_step_index``), whatever order verl's batch balancing left the rows in."""
     units = group_codes(*(sample_fields[k] for k in (sf.TRAJECTORY_ID, sf.POSITION, sf.PHASE)))
-    return units, first_rows(units)
+    return units, first_rows(units, step_order(sample_fields, len(units)))
+
+
+def step_order(sample_fields: dict[str, np.ndarray], num_samples: int) -> torch.Tensor | None:
+    """Each sample's env step index, or None when the batch has episode samples (no step index)."""
+    index = sample_fields.get(sf.STEP_INDEX)
+    if index is None or any(v is None for v in index):
+        return None
+    return torch.as_tensor(np.asarray(index).astype(np.int64))
 
 
 TRIAL_GROUP_FIELDS = (sf.SEQUENCE_ID, sf.POSITION, sf.PHASE)
@@ -53,6 +80,20 @@ TRIAL_GROUP_FIELDS = (sf.SEQUENCE_ID, sf.POSITION, sf.PHASE)
 def trial_groups(sample_fields: dict[str, np.ndarray], first: torch.Tensor) -> torch.Tensor:
     """The group id of each unit (``first``: one row per unit, from ``trial_units``)."""
     return group_codes(*(np.asarray(sample_fields[k])[first.numpy()] for k in TRIAL_GROUP_FIELDS))
+
+
+def row_groups(sample_fields: dict[str, np.ndarray]) -> torch.Tensor:
+    """The group id of each sample: its trial's (sequence, position, phase)."""
+    return group_codes(*(np.asarray(sample_fields[k]) for k in TRIAL_GROUP_FIELDS))
+
+
+def reference_rows(first: torch.Tensor, num_samples: int, count: str) -> torch.Tensor:
+    """The rows whose scores make the group statistics: all (``steps``) or each trial's first (``trials``)."""
+    if count not in ROW_COUNTS:
+        raise ValueError(f"count must be one of {ROW_COUNTS}, got {count!r}")
+    if count == "steps":
+        return torch.ones(num_samples, dtype=torch.bool)
+    return torch.zeros(num_samples, dtype=torch.bool).index_fill_(0, first, True)
 
 
 def last_policy_tokens(response_mask: torch.Tensor) -> torch.Tensor:
@@ -70,27 +111,36 @@ def step_penalties(sample_fields: dict[str, np.ndarray], num_samples: int) -> to
     return torch.as_tensor([float(v or 0.0) for v in values], dtype=torch.float64)
 
 
+def penalised_scores(token_level_rewards: torch.Tensor, sample_fields: dict[str, np.ndarray]) -> torch.Tensor:
+    """Each sample's score minus its own format penalty: the released code takes the penalty off the
+    step's score *before* group normalisation (``apply_invalid_action_penalty``)."""
+    scores = outcome_scores(token_level_rewards).to(torch.float64)
+    return scores - step_penalties(sample_fields, len(scores))
+
+
 def grouped_grpo_estimator(token_level_rewards, response_mask, sample_fields, options, **_):
     """GRPO outcome advantages grouped by (sequence, position, phase) instead of by prompt uid, so
     loops that emit several samples per prompt (phases, knowledge turns, env steps) are compared like
-    with like: group statistics count trials (one score per trial phase), and in step mode each step
-    sample gets its trial's advantage minus its own format penalty.
+    with like. Each sample's score is its trial's minus its own format penalty; the group's mean and
+    std are over every step sample (``count: steps``, as released) or each trial's first step.
     Options: ``GroupNormOptions``."""
     units, first = trial_units(sample_fields)
-    scores = outcome_scores(token_level_rewards).to(torch.float64)
-    groups = trial_groups(sample_fields, first)
-    trial_advantages = group_relative_advantages(scores[first], groups, norm=options.norm, eps=float(options.eps))
-    advantages = trial_advantages[units] - step_penalties(sample_fields, len(units))
+    scores = penalised_scores(token_level_rewards, sample_fields)
+    reference = reference_rows(first, len(units), options.count)
+    advantages = advantages_against_reference(scores, row_groups(sample_fields), reference, norm=options.norm, eps=float(options.eps))
     return to_tokens(advantages, scores, response_mask)
 
 
 def grouped_rloo_estimator(token_level_rewards, response_mask, sample_fields, options, **_):
-    """RLOO outcome advantages over trials, with skl_grpo's groups: each trial's score minus the mean
-    score of the other trials of its (sequence, position, phase) group, broadcast to the trial's
-    samples, each step sample minus its own format penalty. No options."""
+    """RLOO outcome advantages with skl_grpo's groups and penalised scores: each sample's score minus
+    the mean of the group's other scores (every step sample's, as the released ``compute_rloo_outcome_
+    advantage`` counts them, or the other trials' first steps with ``count: trials``).
+    Options: ``RowCountOptions``."""
     units, first = trial_units(sample_fields)
-    scores = outcome_scores(token_level_rewards).to(torch.float64)
-    advantages = leave_one_out_advantages(scores[first], trial_groups(sample_fields, first))[units] - step_penalties(sample_fields, len(units))
+    scores = penalised_scores(token_level_rewards, sample_fields)
+    reference = reference_rows(first, len(units), options.count)
+    own = scores if options.count == "steps" else scores[first][units]
+    advantages = leave_one_out_advantages(scores, row_groups(sample_fields), reference, own)
     return to_tokens(advantages, scores, response_mask)
 
 

@@ -12,13 +12,14 @@ Two nested groups give every step sample its credit:
 A step sample's advantage is ``A^E + omega * A^S`` (Eq. 8), minus its own format penalty.
 
 Equation numbers are the paper's, as verl-agent's ``gigpo/core_gigpo.py`` cites them. Semantics follow
-that reference: trials are counted once in their episode group; the step return is discounted by
-env-step distance within the trial; a state seen once has no peer and gets ``A^S = 0``; repeated
-states of one trial group together like states of different trials. Two deliberate differences: a
-trial alone in its episode group gets ``A^E = 0`` (the reference passes its raw score through, as
-``group_relative_advantages`` explains), and a format penalty is subtracted from its own step's
-advantage after normalisation (the reference subtracts it from the step's score before, so it also
-shifts that step's episode-group statistics when the step is its trial's first row).
+the released Qwen3-4B GiGPO scripts (``gigpo_<env>_qwen3_4b.sh`` on verl-agent's code; the recipe README
+names them): a sample's episode score is its trial's minus its own format penalty (taken off before
+normalisation); the episode group's mean and std are over every step sample of the group
+(``count: steps``; ``trials`` counts each trial's first step once); the step return is discounted
+by env-step distance within the trial and carries no penalty; a state seen once has no peer and gets
+``A^S = 0``; repeated states of one trial group together like states of different trials. One
+deliberate difference: a group with a single score gets ``A^E = 0`` (the reference passes its raw
+score through, as ``group_relative_advantages`` explains).
 """
 
 from __future__ import annotations
@@ -29,18 +30,23 @@ from typing import Annotated, Any, Mapping
 import numpy as np
 import torch
 
-from skl_verl.options import AtLeast, Between, ConfigError
+from skl_verl.options import AtLeast, Between, ConfigError, OneOf
 from skl_verl.rollout import sample_fields as sf
 from skl_verl.trainer.estimators import (
     TRIAL_GROUP_FIELDS,
     GroupNormOptions,
-    outcome_scores,
-    step_penalties,
+    penalised_scores,
+    reference_rows,
+    row_groups,
     to_tokens,
-    trial_groups,
     trial_units,
 )
-from skl_verl.trainer.group_advantage import Normalisation, group_codes, group_relative_advantages
+from skl_verl.trainer.group_advantage import (
+    Normalisation,
+    advantages_against_reference,
+    group_codes,
+    group_relative_advantages,
+)
 
 def discounted_step_returns(
     step_rewards: torch.Tensor, trials: torch.Tensor, step_index: torch.Tensor, gamma: float
@@ -75,8 +81,9 @@ def discounted_step_returns(
 
 
 def gigpo_advantages(
-    trial_scores: torch.Tensor,
-    trial_groups: torch.Tensor,
+    episode_scores: torch.Tensor,
+    episode_groups: torch.Tensor,
+    reference: torch.Tensor,
     trials: torch.Tensor,
     step_index: torch.Tensor,
     step_rewards: torch.Tensor,
@@ -88,24 +95,24 @@ def gigpo_advantages(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Eq. 8: A = A^E + omega * A^S per step sample; returns (advantages, step returns R_t).
 
-    * ``trial_scores`` / ``trial_groups``: one score and one episode-group id per trial; A^E (Eq. 3)
-      normalises each score within its group (``norm="std"``: divided by the group's std + eps;
-      ``"mean"``: mean-centred only).
-    * ``trials``: each step sample's trial (an index into ``trial_scores``); ``step_index``,
-      ``step_rewards``: its env step and that step's reward, giving R_t (Eq. 5).
+    * ``episode_scores`` / ``episode_groups``: each step sample's episode score (its trial's, minus its
+      own format penalty) and episode-group id; A^E (Eq. 3) normalises the scores within their group
+      against the ``reference`` rows' mean and std (``norm="std"``: divided by std + eps; ``"mean"``:
+      mean-centred only).
+    * ``trials``: each step sample's dense trial id; ``step_index``, ``step_rewards``: its env step and
+      that step's reward, giving R_t (Eq. 5).
     * ``step_groups``: dense ids of (episode group, anchor state) per step sample (Eq. 6); A^S (Eq. 7)
       normalises R_t within them, 0 for a state no other step reached.
     """
     if step_advantage_weight < 0:
         raise ValueError(f"step_advantage_weight must be >= 0, got {step_advantage_weight}")
-    if trial_scores.shape != trial_groups.shape:
-        raise ValueError("trial_scores and trial_groups must have equal shapes")
-    if not (trials.shape == step_groups.shape == step_rewards.shape):
-        raise ValueError("trials, step_rewards and step_groups must have equal shapes")
-    episode = group_relative_advantages(trial_scores, trial_groups, norm=norm, eps=eps)
+    shapes = {t.shape for t in (episode_scores, episode_groups, reference, trials, step_index, step_rewards, step_groups)}
+    if len(shapes) != 1:
+        raise ValueError("gigpo_advantages: every per-sample input must have the same 1-D shape")
+    episode = advantages_against_reference(episode_scores, episode_groups, reference, norm=norm, eps=eps)
     returns = discounted_step_returns(step_rewards, trials, step_index, gamma)
     step = group_relative_advantages(returns, step_groups, norm=norm, eps=eps)
-    return episode[trials] + step_advantage_weight * step, returns
+    return episode + step_advantage_weight * step, returns
 
 
 def step_columns(sample_fields: dict[str, np.ndarray]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -122,10 +129,12 @@ def step_columns(sample_fields: dict[str, np.ndarray]) -> tuple[torch.Tensor, to
 
 @dataclass(frozen=True)
 class GigpoOptions(GroupNormOptions):
-    """``algorithm.gigpo.*`` (norm: verl-agent's ALFWorld run uses std)."""
+    """``algorithm.gigpo.*``: the released Qwen3-4B GiGPO scripts (``algorithm.gigpo.mode=mean_norm``, γ 0.95, ω 1.0)."""
 
+    norm: Annotated[str, OneOf("std", "mean")] = "mean"
+    """``mean``: those scripts' ``mean_norm``; ``std``: verl-agent's own examples' ``mean_std_norm``."""
     gamma: Annotated[float, Between(0, 1)] = 0.95
-    """γ of Eq. 5's discounted step returns (verl-agent's default)."""
+    """γ of Eq. 5's discounted step returns."""
     step_advantage_weight: Annotated[float, AtLeast(0)] = 1.0
     """ω, the weight of the step-group advantage."""
 
@@ -143,18 +152,15 @@ def check_step_samples(config: Any, options: GigpoOptions, loop_entry: Mapping[s
 
 
 def gigpo_estimator(token_level_rewards, response_mask, sample_fields, options, **_):
-    """GiGPO on step samples (see the module docstring). Episode groups count trials (one score per
-    trial phase); step groups count steps. Each sample's advantage then loses its own format penalty.
-    Options: ``GigpoOptions``."""
+    """GiGPO on step samples (see the module docstring). Options: ``GigpoOptions``."""
     units, first = trial_units(sample_fields)
     step_index, step_rewards = step_columns(sample_fields)
-    scores = outcome_scores(token_level_rewards).to(torch.float64)
+    scores = penalised_scores(token_level_rewards, sample_fields)
     # GiGPO's episode groups are the trial groups; its step groups split them by anchor state.
     step_groups = group_codes(*(np.asarray(sample_fields[k]) for k in (*TRIAL_GROUP_FIELDS, sf.ANCHOR_STATE)))
     advantages, returns = gigpo_advantages(
-        scores[first], trial_groups(sample_fields, first), units, step_index, step_rewards, step_groups,
-        gamma=float(options.gamma), step_advantage_weight=float(options.step_advantage_weight),
+        scores, row_groups(sample_fields), reference_rows(first, len(units), options.count), units, step_index,
+        step_rewards, step_groups, gamma=float(options.gamma), step_advantage_weight=float(options.step_advantage_weight),
         norm=options.norm, eps=float(options.eps),
     )
-    advantages = advantages - step_penalties(sample_fields, len(units))
     return to_tokens(advantages, returns, response_mask)

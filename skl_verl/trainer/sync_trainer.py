@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import numpy as np
 import torch
+from omegaconf import open_dict
 from verl import DataProto
 from verl.trainer.ppo import core_algos
 
@@ -45,6 +48,14 @@ def register_sync_trainer() -> None:
         @trainer_mode.setter
         def trainer_mode(self, _name: str) -> None:
             pass
+
+        def _update_actor(self, batch, metrics):
+            with mini_batches_in_samples(self.config, self.config.actor_rollout_ref.actor):
+                return super()._update_actor(batch, metrics)
+
+        def _update_critic(self, batch, metrics):
+            with mini_batches_in_samples(self.config, self.config.critic):
+                return super()._update_critic(batch, metrics)
 
         def _compute_advantage(self, batch, metrics):
             algorithm = self.config.algorithm
@@ -102,6 +113,28 @@ def register_sync_trainer() -> None:
                     full[torch.as_tensor(~real)] = data.batch["response_mask"][torch.as_tensor(~real)]
                 out[name] = response_to_nested(full, stored_mask) if stored_mask.is_nested else full
             return tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=TensorDict(out, batch_size=len(batch)))
+
+
+@contextmanager
+def mini_batches_in_samples(config, section):
+    """verl sizes an update's mini-batch as ``ppo_mini_batch_size`` x ``rollout.n`` samples, which cannot
+    express the released scripts' 128 step samples with 24 rollouts per task (verl-agent's trainer runs
+    with rollout.n 1 and counts samples). With ``skl.mini_batch_samples`` set, the mini-batch is that many
+    samples: verl's ``_update_actor``/``_update_critic`` read the two values only to multiply them, so they
+    are set to (samples, 1) for the call and restored after it."""
+    samples = config.get("skl", {}).get("mini_batch_samples")
+    if samples is None:
+        yield
+        return
+    rollout = config.actor_rollout_ref.rollout
+    saved = (section.ppo_mini_batch_size, rollout.n)
+    with open_dict(config):
+        section.ppo_mini_batch_size, rollout.n = int(samples), 1
+    try:
+        yield
+    finally:
+        with open_dict(config):
+            section.ppo_mini_batch_size, rollout.n = saved
 
 
 def batch_to_dataproto(data) -> DataProto:

@@ -44,7 +44,7 @@ def test_skillrise_configs_carry_the_paper_settings(name):
     assert config.actor_rollout_ref.model.path == "Qwen/Qwen3-4B"
     assert plays_per_update(config) == 384  # 16 sequences x K=3 x N=8
     assert config.actor_rollout_ref.actor.optim.lr == 1e-6
-    assert config.actor_rollout_ref.actor.ppo_mini_batch_size * config.actor_rollout_ref.rollout.n == 128
+    assert config.skl.mini_batch_samples == 128  # step samples per mini-batch, as released
     assert config.data.max_response_length == 1024
     assert config.trainer.total_training_steps == 150
     assert config.actor_rollout_ref.rollout.val_kwargs.temperature == 0.7
@@ -90,7 +90,7 @@ def test_baselines_train_on_each_env_with_skillrise_settings(method, env):
     for key in ("data.max_prompt_length", "data.max_response_length", "data.apply_chat_template_kwargs",
                 "actor_rollout_ref.actor.optim.lr", "actor_rollout_ref.actor.entropy_coeff",
                 "actor_rollout_ref.rollout.temperature", "actor_rollout_ref.rollout.val_kwargs",
-                "actor_rollout_ref.model.path", "trainer.total_training_steps"):
+                "actor_rollout_ref.model.path", "trainer.total_training_steps", "skl.mini_batch_samples"):
         assert OmegaConf.select(config, key) == OmegaConf.select(skillrise, key), key
     loop, skillrise_loop = agent_loop_entry(loop_name), agent_loop_entry(f"skillrise_{env}")
     for option in SHARED_LOOP_OPTIONS:

@@ -87,3 +87,22 @@ def test_stateful_loops_refuse_step_mode(tmp_path, tiny_model_dir):
     override = loop_options_override(tmp_path, "skl_stateful", sample_granularity="step")
     with pytest.raises(Exception, match="play episode samples only"):
         rollout(tmp_path, tiny_model_dir, WIN, overrides=[override, "actor_rollout_ref.rollout.agent.default_agent_loop=skl_stateful"])
+
+
+def test_an_unparseable_replys_tail_is_still_a_move_within_the_turn_cap(tmp_path, tiny_model_dir):
+    """The released projections send an unparseable reply's last characters to the env (ALFWorld and
+    ScienceWorld 30, WebShop 20): it is penalised, yet it moves, and it uses up one of max_turns."""
+    replies = ["so I go right", "<action>right</action>", "<action>down</action>", "<action>down</action>"]
+    override = loop_options_override(tmp_path, sample_granularity="step", max_turns=4, unparseable_reply_tail=5,
+                                     invalid_format_penalty=0.5, reward_fn="scaled_success")
+    out, tok = rollout(tmp_path, tiny_model_dir, replies, overrides=[override])
+    fields = out.non_tensor_batch
+    # "right" (the reply's last 5 characters) moved the agent: four turns reach the goal.
+    assert len(out) == 4 and all(fields["skl_won"]) and list(fields["skl_turns"]) == [4] * 4
+    assert list(fields[sf.STEP_PENALTY]) == [0.5, 0.0, 0.0, 0.0]
+    assert len(set(fields[sf.ANCHOR_STATE])) == 4  # every turn acted from a new cell
+    assert "1. right -> " in decode_rows(out, tok, "prompts")[2]  # the history shows the move the tail made
+    # Without the tail the first turn does not move: one cell behind the plan, "down" drops into the hole.
+    plain = loop_options_override(tmp_path, sample_granularity="step", max_turns=4, reward_fn="scaled_success")
+    out, _ = rollout(tmp_path, tiny_model_dir, replies, overrides=[plain])
+    assert len(out) == 3 and not any(out.non_tensor_batch["skl_won"])

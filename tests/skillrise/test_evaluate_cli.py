@@ -170,8 +170,8 @@ class _AlwaysRight:
 
 # Issue 27 item 1. Always moving right, without slips: on the 7 maps "SFFFFFG" the policy reaches G in 6 steps
 # (won); on the 3 maps "SFFFFFF" (G is below the start) it walks 6 steps to the east border, then bumps it
-# until max_steps 12 (lost). Step mode (skillrise_alfworld) makes one solve row per env step, so K=1 scaling
-# sees 7 * 6 = 42 won rows among 7 * 6 + 3 * 12 = 78: the old rate 42 / 78 = 0.538 "over 78 tasks".
+# until skillrise_alfworld's 10-turn cap (lost). Step mode makes one solve row per env step, so K=1 scaling
+# sees 7 * 6 = 42 won rows among 7 * 6 + 3 * 10 = 72: the old rate 42 / 72 = 0.583 "over 72 tasks".
 # Per task it is 7 / 10 = 0.700, Pass@1's number.
 SOLVED_MAP, LOST_MAP = ["SFFFFFG", "FFFFFFF"], ["SFFFFFF", "GFFFFFF"]
 
@@ -193,6 +193,6 @@ def test_step_mode_scaling_counts_tasks_not_step_rows(tmp_path, tiny_model_dir, 
                    "--out", str(out)])
     results = json.loads(out.read_text())
     scaled = rows["scaling_k1"]
-    assert (len(scaled), sum(r["won"] for r in scaled)) == (78, 42)  # the rows the old rate divided
-    assert results["scaling"]["1"] == {"success_rate": 0.7, "tasks_played": 10}  # was 42 / 78 over 78
+    assert (len(scaled), sum(r["won"] for r in scaled)) == (72, 42)  # the rows the old rate divided
+    assert results["scaling"]["1"] == {"success_rate": 0.7, "tasks_played": 10}  # was 42 / 72 over 72
     assert results["pass_at_k"] == {"1": 0.7} and results["pass_at_k_tasks_played"] == 10

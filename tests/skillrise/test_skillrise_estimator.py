@@ -1,6 +1,7 @@
 """SkillRise Eqs. 6–7 against hand-computed values, and through verl's own registry."""
 
 import math
+import statistics
 
 import numpy as np
 import pytest
@@ -248,14 +249,54 @@ def test_a_steps_format_penalty_stays_on_that_step():
     assert a_curate0 == pytest.approx([-3.0] * 3)
 
 
-def test_skl_grpo_counts_trials_not_steps():
+def test_a_first_steps_penalty_moves_its_groups_mean_as_released():
+    # Released: each trial enters its group through its first row, score minus that row's penalty.
+    trials = trial_rows("A", "s", [10, 0]) + trial_rows("B", "s", [0, 10])
+    rows, index, penalty = with_steps(trials, lambda r: 3, penalties={("A", 0, "solve", 0): 0.5})
+    adv, _ = run_steps("skillrise", rows, index, penalty, gamma=GAMMA, norm="mean")
+    # solve@0 reference scores: A 10 - 0.5, B 0 -> mean 4.75
+    a_solve0 = [a for row, a in zip(rows, adv.tolist()) if row[:4] == ("A", "s", 0, "solve")]
+    assert a_solve0 == pytest.approx([9.5 - 4.75, 10 - 4.75, 10 - 4.75])
+    b_solve0 = [a for row, a in zip(rows, adv.tolist()) if row[:4] == ("B", "s", 0, "solve")]
+    assert b_solve0 == pytest.approx([-4.75] * 3)
+
+
+def test_the_first_step_is_the_reference_whatever_the_batch_order():
+    trials = trial_rows("A", "s", [10, 0]) + trial_rows("B", "s", [0, 10])
+    rows, index, penalty = with_steps(trials, lambda r: 3, penalties={("A", 0, "solve", 0): 0.5})
+    ordered = run_steps("skillrise", rows, index, penalty, gamma=GAMMA, norm="std")[0]
+    shuffled = np.random.default_rng(3).permutation(len(rows))  # as verl's balance_batch may leave it
+    reordered = run_steps("skillrise", [rows[i] for i in shuffled], [index[i] for i in shuffled],
+                          [penalty[i] for i in shuffled], gamma=GAMMA, norm="std")[0]
+    assert reordered.tolist() == pytest.approx(ordered[torch.as_tensor(shuffled)].tolist(), abs=1e-9)
+
+
+def steps_of_three_trials(count, norm="mean"):
     rows = [("A", "t", 0, "act", 10.0), ("B", "t", 0, "act", 0.0), ("C", "t", 0, "act", 0.0)]
     expanded, index, penalty = with_steps(rows, lambda r: {"A": 1, "B": 8, "C": 2}[r[0]], penalties={("B", 0, "act", 3): 0.5})
-    adv, _ = run_steps("skl_grpo", expanded, index, penalty, norm="mean")
+    adv, _ = run_steps("skl_grpo", expanded, index, penalty, norm=norm, count=count)
     by_trial = {}
-    for row, step, a in zip(expanded, index, adv.tolist()):
+    for row, a in zip(expanded, adv.tolist()):
         by_trial.setdefault(row[0], []).append(a)
-    # mean over trials (10, 0, 0) = 10/3, not the step-weighted 10/11
+    return by_trial
+
+
+def test_skl_grpo_counts_every_step_row_as_released():
+    by_trial = steps_of_three_trials("steps")
+    # 11 step rows: A 10, B 0 x 7 and 10 - 10 - 0.5 = -0.5 once, C 0 x 2 -> mean 9.5/11
+    mean = 9.5 / 11
+    assert by_trial["A"] == pytest.approx([10 - mean])
+    assert by_trial["C"] == pytest.approx([-mean] * 2)
+    assert by_trial["B"] == pytest.approx([-mean] * 3 + [-0.5 - mean] + [-mean] * 4)
+    std = statistics.stdev([10.0] + [0.0] * 7 + [-0.5] + [0.0] * 2)
+    normalised = steps_of_three_trials("steps", norm="std")
+    assert normalised["A"] == pytest.approx([(10 - mean) / (std + 1e-6)])
+    assert normalised["B"][3] == pytest.approx((-0.5 - mean) / (std + 1e-6))
+
+
+def test_skl_grpo_counting_trials_uses_each_trials_first_step():
+    by_trial = steps_of_three_trials("trials")
+    # mean over trials' first steps (10, 0, 0) = 10/3, not the step-weighted 9.5/11
     assert by_trial["A"] == pytest.approx([10 - 10 / 3])
     assert by_trial["C"] == pytest.approx([-10 / 3] * 2)
     assert by_trial["B"] == pytest.approx([-10 / 3] * 3 + [-10 / 3 - 0.5] + [-10 / 3] * 4)

@@ -41,18 +41,28 @@ def test_leave_one_out_by_hand():
     assert leave_one_out_advantages(returns, groups).tolist() == pytest.approx(expected)
 
 
-def test_rloo_counts_trials_not_steps_and_charges_each_step_its_own_penalty():
-    steps = [  # task A: trial a1 won (10) in three steps, a2 and a3 lost; task B: two trials, one step each
-        ("A", "a1", 10.0, 0.0), ("A", "a1", 10.0, 0.5), ("A", "a1", 10.0, 0.0),
-        ("A", "a2", 0.0, 0.0), ("A", "a3", 0.0, 0.5),
-        ("B", "b1", 4.0, 0.0), ("B", "b2", 2.0, 0.0),
-    ]
-    rewards, mask, fields = step_batch(steps)
+RLOO_STEPS = [  # task A: trial a1 won (10) in three steps, a2 and a3 lost; task B: two trials, one step each
+    ("A", "a1", 10.0, 0.0), ("A", "a1", 10.0, 0.5), ("A", "a1", 10.0, 0.0),
+    ("A", "a2", 0.0, 0.0), ("A", "a3", 0.0, 0.5),
+    ("B", "b1", 4.0, 0.0), ("B", "b2", 2.0, 0.0),
+]
+
+
+def test_rloo_counts_every_step_row_with_its_penalty_as_released():
+    rewards, mask, fields = step_batch(RLOO_STEPS)
     advantages, _ = get_adv_estimator_fn("skl_rloo")(rewards, mask, config={}, sample_fields=fields)
-    # a1: 10 - (0 + 0) / 2 = 10; a2, a3: 0 - (10 + 0) / 2 = -5; b1: 4 - 2; b2: 2 - 4.
-    expected = [10.0, 9.5, 10.0, -5.0, -5.5, 2.0, -2.0]
+    # A's penalised rows: 10, 9.5, 10, 0, -0.5 (sum 29); each minus the mean of the other four.
+    expected = [10 - 19 / 4, 9.5 - 19.5 / 4, 10 - 19 / 4, 0 - 29 / 4, -0.5 - 29.5 / 4, 4.0 - 2.0, 2.0 - 4.0]
     assert advantages[:, 0].tolist() == pytest.approx(expected)
     assert torch.equal(advantages, advantages[:, :1].expand(-1, TOKENS))
+
+
+def test_rloo_counting_trials_compares_with_the_other_trials_first_steps():
+    rewards, mask, fields = step_batch(RLOO_STEPS)
+    advantages, _ = get_adv_estimator_fn("skl_rloo")(rewards, mask, config={"skl_rloo": {"count": "trials"}}, sample_fields=fields)
+    # Trials' first rows: a1 10, a2 0, a3 -0.5. a1's rows vs (0 - 0.5)/2; a2 vs (10 - 0.5)/2; a3 vs (10 + 0)/2.
+    expected = [10.25, 9.75, 10.25, -4.75, -5.5, 2.0, -2.0]
+    assert advantages[:, 0].tolist() == pytest.approx(expected)
 
 
 def test_gae_without_penalties_is_verls_gae():

@@ -1,5 +1,6 @@
 """GiGPO (skl_verl.trainer.gigpo): hand-computed step returns, step groups and advantages, and the
-same numbers as a plain-loop transcription of verl-agent's ``gigpo/core_gigpo.py``."""
+same numbers as a plain-loop transcription of the released ``core_gigpo.py`` (verl-agent's, as LaMer and the
+SkillRise release ship it): every step row counts in its episode group, penalties come off the score first."""
 
 import math
 import statistics
@@ -48,7 +49,7 @@ def step_batch(steps):
 
 def run_gigpo(steps, **options):
     rewards, mask, fields = step_batch(steps)
-    options = {"gamma": 0.95, "step_advantage_weight": 1.0, "norm": "std", "eps": 1e-6, **options}
+    options = {"gamma": 0.95, "step_advantage_weight": 1.0, "norm": "std", "eps": 1e-6, "count": "steps", **options}
     advantages, returns = get_adv_estimator_fn("gigpo")(rewards, mask, config={"gigpo": options}, sample_fields=fields)
     assert torch.equal(advantages, advantages[:, :1].expand(-1, TOKENS))  # one value per sample, on every token
     return advantages[:, 0].double(), returns[:, 0].double()
@@ -93,8 +94,8 @@ HAND_RETURNS = [1.25, 2.5, 5.0, 10.0, 0.0, 0.0, 2.5, 5.0, 10.0, 10.0, 0.0, 0.0]
 def test_mean_norm_by_hand():
     advantages, returns = run_gigpo(HAND_EXAMPLE, gamma=0.5, norm="mean")
     assert returns.tolist() == HAND_RETURNS
-    # Episode (trials counted once): T scores 10, 0, 10 -> mean 20/3; U scores 10, 0 -> mean 5.
-    episode = [10 / 3] * 4 + [-20 / 3] * 2 + [10 / 3] * 3 + [5.0] + [-5.0] * 2
+    # Episode, every step row counted: T rows 10 x 7 (a, c), 0 x 2 (b) -> mean 70/9; U rows 10, 0, 0 -> 10/3.
+    episode = [20 / 9] * 4 + [-70 / 9] * 2 + [20 / 9] * 3 + [20 / 3] + [-10 / 3] * 2
     # Steps: T/s0 {a 1.25, b 0, c 2.5} mean 1.25; T/s1 {a 2.5, a 5, c 5} mean 25/6; T/s2 {10, 10};
     # T/s3 {b} alone -> 0; U/s0 {d 10, e 0, e 0} mean 10/3.
     step = [0.0, 2.5 - 25 / 6, 5 - 25 / 6, 0.0, -1.25, 0.0, 1.25, 5 - 25 / 6, 0.0, 20 / 3, -10 / 3, -10 / 3]
@@ -103,16 +104,21 @@ def test_mean_norm_by_hand():
     assert half.tolist() == pytest.approx([e + 0.5 * s for e, s in zip(episode, step)], abs=TOL)
     episode_only, _ = run_gigpo(HAND_EXAMPLE, gamma=0.5, norm="mean", step_advantage_weight=0.0)
     assert episode_only.tolist() == pytest.approx(episode, abs=TOL)
+    # count: trials -- one score per trial: T {10, 0, 10} mean 20/3, U {10, 0} mean 5.
+    trials_only, _ = run_gigpo(HAND_EXAMPLE, gamma=0.5, norm="mean", step_advantage_weight=0.0, count="trials")
+    assert trials_only.tolist() == pytest.approx([10 / 3] * 4 + [-20 / 3] * 2 + [10 / 3] * 3 + [5.0] + [-5.0] * 2, abs=TOL)
 
 
 def test_std_norm_by_hand():
     eps = 1e-6
     advantages, _ = run_gigpo(HAND_EXAMPLE, gamma=0.5, norm="std", eps=eps)
-    t_std, u_std = math.sqrt(100 / 3), math.sqrt(50)  # unbiased: T {10, 0, 10}, U {10, 0}
+    # Unbiased std over step rows: T {10 x 7, 0 x 2} -> sqrt((7 (20/9)^2 + 2 (70/9)^2) / 8); U {10, 0, 0} -> 10/sqrt(3).
+    t_std, u_std = math.sqrt((7 * (20 / 9) ** 2 + 2 * (70 / 9) ** 2) / 8), 10 / math.sqrt(3)
     s0_std = 1.25  # {1.25, 0, 2.5}: deviations 0, -1.25, 1.25 -> sqrt(3.125 / 2)
     s1_std = math.sqrt(((2.5 - 25 / 6) ** 2 + 2 * (5 - 25 / 6) ** 2) / 2)
     u0_std = math.sqrt(((20 / 3) ** 2 + 2 * (10 / 3) ** 2) / 2)
-    t_win, t_loss = (10 / 3) / (t_std + eps), (-20 / 3) / (t_std + eps)
+    t_win, t_loss = (20 / 9) / (t_std + eps), (-70 / 9) / (t_std + eps)
+    u_win, u_loss = (20 / 3) / (u_std + eps), (-10 / 3) / (u_std + eps)
     s1_low, s1_high = (2.5 - 25 / 6) / (s1_std + eps), (5 - 25 / 6) / (s1_std + eps)
     s0_dev, u0_dev = 1.25 / (s0_std + eps), (10 / 3) / (u0_std + eps)
     expected = [
@@ -120,7 +126,7 @@ def test_std_norm_by_hand():
         t_win + 0.0,  # s2: equal returns -> 0
         t_loss - s0_dev, t_loss + 0.0,  # s3: singleton -> 0
         t_win + s0_dev, t_win + s1_high, t_win + 0.0,
-        5 / (u_std + eps) + 2 * u0_dev, -5 / (u_std + eps) - u0_dev, -5 / (u_std + eps) - u0_dev,
+        u_win + 2 * u0_dev, u_loss - u0_dev, u_loss - u0_dev,
     ]
     assert advantages.tolist() == pytest.approx(expected, abs=TOL)
 
@@ -130,15 +136,18 @@ def test_gamma_changes_only_the_step_part():
     advantages, returns = run_gigpo(HAND_EXAMPLE[:9], gamma=1.0, norm="mean")
     assert returns.tolist() == [10.0] * 4 + [0.0, 0.0] + [10.0] * 3
     assert advantages.tolist() == pytest.approx(
-        [10 / 3 + 10 / 3, 10 / 3, 10 / 3, 10 / 3, -20 / 3 - 20 / 3, -20 / 3, 10 / 3 + 10 / 3, 10 / 3, 10 / 3], abs=TOL
+        [20 / 9 + 10 / 3, 20 / 9, 20 / 9, 20 / 9, -70 / 9 - 20 / 3, -70 / 9, 20 / 9 + 10 / 3, 20 / 9, 20 / 9], abs=TOL
     )
 
 
-def test_format_penalty_hits_its_own_step_only():
+def test_format_penalty_comes_off_the_score_before_normalisation():
+    # a's second step is unparseable: its episode score is 9.5, so T's row mean drops by 0.5/9; the step
+    # part (returns carry no penalty) is unchanged, and U is untouched.
     penalised = [(*HAND_EXAMPLE[0], 0.0), (*HAND_EXAMPLE[1], 0.5), *HAND_EXAMPLE[2:]]
-    base, _ = run_gigpo(HAND_EXAMPLE, gamma=0.5)
-    ours, _ = run_gigpo(penalised, gamma=0.5)
-    assert (base - ours).tolist() == pytest.approx([0.0, 0.5] + [0.0] * 10, abs=TOL)
+    base, _ = run_gigpo(HAND_EXAMPLE, gamma=0.5, norm="mean")
+    ours, _ = run_gigpo(penalised, gamma=0.5, norm="mean")
+    shift = 0.5 / 9
+    assert (base - ours).tolist() == pytest.approx([-shift, 0.5 - shift] + [-shift] * 7 + [0.0] * 3, abs=TOL)
 
 
 def test_unkeyed_steps_join_no_group():
@@ -165,18 +174,20 @@ def test_registered_with_verl_and_its_options_checked():
     rewards, mask, fields = step_batch(HAND_EXAMPLE)
     defaults, _ = fn(token_level_rewards=rewards, response_mask=mask, config={}, sample_fields=fields)
     explicit, _ = fn(token_level_rewards=rewards, response_mask=mask, sample_fields=fields,
-                     config={"gigpo": {"gamma": 0.95, "step_advantage_weight": 1.0, "norm": "std", "eps": 1e-6}})
+                     config={"gigpo": {"gamma": 0.95, "step_advantage_weight": 1.0, "norm": "mean", "eps": 1e-6,
+                                       "count": "steps"}})
     assert torch.equal(defaults, explicit)
     with pytest.raises(ValueError, match="algorithm.gigpo.gamma"):
         fn(token_level_rewards=rewards, response_mask=mask, sample_fields=fields, config={"gigpo": {"gamma": 1.5}})
 
 
-# ---- verl-agent's semantics, transcribed in plain loops (gigpo/core_gigpo.py, mean_norm / mean_std_norm) ----
+# ---- the released semantics, transcribed in plain loops (core_gigpo.py, mean_norm / mean_std_norm) ----
 
-def verl_agent_gigpo(uid, traj, step, anchor, step_rewards, scores, gamma, weight, remove_std, eps=1e-6):
-    """Per sample: compute_step_discounted_returns -> episode_norm_reward (one score per (uid, traj),
-    group of one: mean 0, std 1) -> build_step_group (identical anchors within a uid) ->
-    step_norm_reward (group of one: its own mean) -> A^E + w * A^S."""
+def verl_agent_gigpo(uid, traj, step, anchor, step_rewards, scores, gamma, weight, remove_std, eps=1e-6, cross_all_data=True):
+    """Per sample: compute_step_discounted_returns -> episode_norm_reward (every row of a uid when
+    ``cross_all_data``, its default; else one score per (uid, traj); a group of one: mean 0, std 1) ->
+    build_step_group (identical anchors within a uid) -> step_norm_reward (group of one: its own mean)
+    -> A^E + w * A^S. ``scores`` are the rows' penalised scores."""
     n = len(uid)
     returns = [0.0] * n
     for t in set(traj):
@@ -196,7 +207,8 @@ def verl_agent_gigpo(uid, traj, step, anchor, step_rewards, scores, gamma, weigh
     for i in range(n):
         if (uid[i], traj[i]) not in seen:
             episode_scores[uid[i]].append(scores[i])
-            seen.add((uid[i], traj[i]))
+            if not cross_all_data:
+                seen.add((uid[i], traj[i]))
     episode = []
     for i in range(n):
         group = episode_scores[uid[i]]
@@ -212,8 +224,9 @@ def verl_agent_gigpo(uid, traj, step, anchor, step_rewards, scores, gamma, weigh
     return [e + weight * s for e, s in zip(episode, step_adv)]
 
 
+@pytest.mark.parametrize("count", ["steps", "trials"])
 @pytest.mark.parametrize("norm", ["mean", "std"])
-def test_matches_verl_agent_semantics_on_a_small_batch(norm):
+def test_matches_the_released_semantics_on_a_small_batch(norm, count):
     rng = np.random.default_rng(7)
     steps = []
     for task in ("T", "U"):
@@ -221,7 +234,10 @@ def test_matches_verl_agent_semantics_on_a_small_batch(norm):
             length = int(rng.integers(1, 6))
             rewards = [float(rng.choice([0.0, 0.0, 1.0, 10.0])) for _ in range(length)]
             anchors = [str(rng.choice(["x", "y", "z", "v", "w", "q"])) for _ in range(length)]
-            steps += [(task, f"{task}{trial}", k, anchors[k], rewards[k], sum(rewards)) for k in range(length)]
+            # an unparseable step (not the first) costs 0.5 off its own score
+            penalties = [0.5 if k and rng.random() < 0.3 else 0.0 for k in range(length)]
+            steps += [(task, f"{task}{trial}", k, anchors[k], rewards[k], sum(rewards), penalties[k]) for k in range(length)]
+    assert any(s[6] for s in steps)
     order = rng.permutation(len(steps))
     steps = [steps[i] for i in order]  # batch order is not step order
     sizes = defaultdict(int)
@@ -229,9 +245,12 @@ def test_matches_verl_agent_semantics_on_a_small_batch(norm):
         sizes[(s[0], s[3])] += 1
     assert 1 in sizes.values() and max(sizes.values()) >= 3  # singletons and real groups both occur
     assert len({(s[1], s[3]) for s in steps}) < len(steps)  # some trial revisits a state
-    ours, _ = run_gigpo(steps, gamma=0.9, step_advantage_weight=0.7, norm=norm)
+    ours, _ = run_gigpo(steps, gamma=0.9, step_advantage_weight=0.7, norm=norm, count=count)
+    # The released code dedups by batch order; a trial's first step (penalty-free here) is its reference.
+    first_step_first = sorted(range(len(steps)), key=lambda i: steps[i][2])
     reference = verl_agent_gigpo(
-        [s[0] for s in steps], [s[1] for s in steps], [s[2] for s in steps], [s[3] for s in steps],
-        [s[4] for s in steps], [s[5] for s in steps], gamma=0.9, weight=0.7, remove_std=norm == "mean",
+        *([steps[i][c] for i in first_step_first] for c in range(5)), [steps[i][5] - steps[i][6] for i in first_step_first],
+        gamma=0.9, weight=0.7, remove_std=norm == "mean", cross_all_data=count == "steps",
     )
+    reference = [reference[first_step_first.index(i)] for i in range(len(steps))]
     assert ours.tolist() == pytest.approx(reference, abs=TOL)

@@ -5,6 +5,8 @@ plus the loop kwargs, ``list_of_dict_to_tensordict``, one tag per sample); paddi
 ``upsample_batch_to_divisible_size``; the step under test is the trainer's ``_compute_advantage``.
 """
 
+import types
+
 import pytest
 import torch
 from omegaconf import OmegaConf
@@ -163,3 +165,46 @@ def test_skl_sync_is_verls_sync_mode_whatever_name_selected_it(transfer_queue):
     assert instance.trainer_mode == "sync"
     buffer = instance._build_replay_buffer()
     assert isinstance(buffer, ReplayBuffer) and not isinstance(buffer, ReplayBufferAsync)
+
+
+class _RecordingWorkers:
+    """Stands in for the actor/critic worker group: records what verl's update step sends it."""
+
+    def __init__(self):
+        self.sent = []
+
+    def update_actor(self, batch):
+        self.sent.append(dict(batch.extra_info))
+        return {"metrics": {"mfu": 0.0}}
+
+    def train_mini_batch(self, batch):  # the critic's entry point in verl 0.9.1, answering a future
+        self.sent.append(dict(batch.extra_info))
+        return types.SimpleNamespace(get=lambda: {"metrics": {"mfu": 0.0}})
+
+
+@pytest.mark.parametrize("samples", [None, 128])
+def test_mini_batches_hold_skl_mini_batch_samples_through_verls_own_update_step(samples):
+    """verl's ``_update_actor``/``_update_critic`` size a mini-batch as ppo_mini_batch_size x rollout.n
+    (here 16 x 24 = 384); ``skl.mini_batch_samples`` makes it that many samples, as the released scripts."""
+    import skl_verl
+    from verl.trainer.ppo.v1 import get_trainer_cls
+
+    skl_verl.register()
+    config = OmegaConf.create({
+        "skl": {"mini_batch_samples": samples},
+        "actor_rollout_ref": {"actor": {"ppo_mini_batch_size": 16, "ppo_epochs": 1, "data_loader_seed": 0, "shuffle": False,
+                                        "calculate_entropy": False, "entropy_coeff": 0.0},
+                              "rollout": {"n": 24, "temperature": 1.0}},
+        "critic": {"ppo_mini_batch_size": 16, "ppo_epochs": 1, "data_loader_seed": 0, "shuffle": False},
+    })
+    instance = object.__new__(get_trainer_cls("skl_sync"))
+    instance.config = config
+    instance.actor_rollout_wg = instance.critic_wg = workers = _RecordingWorkers()
+    batch = types.SimpleNamespace(extra_info={})
+    instance._update_actor(batch, {})
+    instance._update_critic(batch, {})
+    expected = 16 * 24 if samples is None else samples
+    assert [(sent["global_batch_size"], sent["mini_batch_size"]) for sent in workers.sent] == [(expected, expected)] * 2
+    # the config the rest of the run reads is untouched
+    assert (config.actor_rollout_ref.actor.ppo_mini_batch_size, config.actor_rollout_ref.rollout.n) == (16, 24)
+    assert config.critic.ppo_mini_batch_size == 16
