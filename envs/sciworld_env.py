@@ -14,6 +14,9 @@ ids such as ``"1-1"``). Variations come from the package's own split of each tas
 (``get_variations_train/dev/test``, i.e. ``getVariationsTrain/Dev/Test`` on the JVM side); with
 ``max_variations_per_task=N`` only the first N variations of the split, in the package's
 (ascending) order, are kept. Task ids are ``"sciworld-<task name>-v<variation>"``.
+``task_set="l0"`` selects the SkillRise authors' set instead (``envs.sciworld_l0``): 29 tasks (no
+``use-thermometer``), ``split="train"`` their train variations and ``split="test"`` their *dev*
+variations, in that set's fixed shuffled order (``max_variations_per_task`` keeps its first N).
 
 ``TaskSpec``:
 
@@ -34,7 +37,8 @@ ids such as ``"1-1"``). Variations come from the package's own split of each tas
   of the long tasks (boil, melt, grow-fruit, mendelian genetics, ...) cannot be finished, so raise
   ``max_steps`` or filter tasks by difficulty for those.
 * ``metadata``: ``task_name``, ``task_num`` (the package id, e.g. ``"4-1"``), ``topic``,
-  ``task_title``, ``variation``, ``split``, ``simplification``, ``gold_length``, ``max_steps``.
+  ``task_title``, ``variation``, ``split``, ``task_set``, ``package_split`` (the package split the
+  variation belongs to), ``simplification``, ``gold_length``, ``max_steps``.
 
 Episode
 -------
@@ -97,6 +101,7 @@ import logging
 import os
 import re
 import tempfile
+from itertools import groupby
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -111,9 +116,12 @@ from envs.base import (
     TextEnv,
 )
 
+from envs.sciworld_l0 import L0_SPLITS, L0_TASK_ORDER, l0_index
+
 logger = logging.getLogger(__name__)
 
 SPLITS: tuple[str, ...] = ("train", "dev", "test")
+TASK_SETS: tuple[str, ...] = ("package", "l0")
 INVALID_PREFIXES: tuple[str, ...] = ("No known action matches that input.", "Unknown action.")
 AMBIGUOUS_PREFIX = "Ambiguous request:"
 BLOCKED_ACTIONS: frozenset[str] = frozenset({"reset task"})
@@ -191,6 +199,7 @@ class SciWorldEnv(TextEnv):
         task_names: Sequence[str] | None = None,
         split: str = "train",
         max_variations_per_task: int | None = None,
+        task_set: str = "package",
         simplification: str = "easy",
         max_steps: int = 30,
         family_by: str = "task",
@@ -199,8 +208,12 @@ class SciWorldEnv(TextEnv):
         gold_cache_dir: str | os.PathLike[str] | None = "default",
         jar_path: str | None = None,
     ) -> None:
-        if split not in SPLITS:
-            raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+        if task_set not in TASK_SETS:
+            raise ValueError(f"task_set must be one of {TASK_SETS}, got {task_set!r}")
+        splits = tuple(L0_SPLITS) if task_set == "l0" else SPLITS
+        if split not in splits:
+            raise ValueError(f"split must be one of {splits} with task_set={task_set!r}, got {split!r}")
+        self.task_set = task_set
         if family_by not in ("task", "topic"):
             raise ValueError(f"family_by must be 'task' or 'topic', got {family_by!r}")
         if isinstance(max_steps, bool) or int(max_steps) != max_steps or max_steps < 1:
@@ -242,7 +255,8 @@ class SciWorldEnv(TextEnv):
             raise SciWorldJVMError(f"sciworld: could not start the ScienceWorld JVM ({type(exc).__name__}: {exc})") from exc
 
         try:
-            self._build_tasks(selected, max_variations_per_task, task_table, infer_task)
+            cap = None if max_variations_per_task is None else int(max_variations_per_task)
+            self._build_tasks(selected, cap, task_table, infer_task)
         except BaseException:
             self.close()
             raise
@@ -294,17 +308,18 @@ class SciWorldEnv(TextEnv):
         known = list(self._jvm("get_task_names"))
         info_by_name = {infer_task(row["task_name"]): row for row in task_table}
         if selected is None:
-            selected = known
+            selected = [n for i, n in enumerate(known) if self.task_set == "package" or i in L0_TASK_ORDER]
         missing = [name for name in selected if name not in known]
         if missing:
             raise SciWorldJVMError(f"sciworld: the JVM does not know the tasks {missing}; it has {known}")
-        plan: list[tuple[str, int]] = []
-        for name in selected:
-            self._load(name, 0, gold=False)
-            variations = sorted(int(v) for v in self._jvm(f"get_variations_{self.split}"))
-            if max_variations is not None:
-                variations = variations[: int(max_variations)]
-            plan.extend((name, v) for v in variations)
+        if self.task_set == "l0":
+            plan = self._l0_plan(known, selected, max_variations)
+        else:
+            plan = []
+            for name in selected:
+                self._load(name, 0, gold=False)
+                variations = sorted(int(v) for v in self._jvm(f"get_variations_{self.split}"))
+                plan.extend((name, v) for v in variations[:max_variations])
 
         gold = self._gold_lengths(plan)
         specs = []
@@ -324,6 +339,8 @@ class SciWorldEnv(TextEnv):
                         "variation": variation,
                         "instance": {"task": name, "variation": variation},
                         "split": self.split,
+                        "task_set": self.task_set,
+                        "package_split": L0_SPLITS[self.split] if self.task_set == "l0" else self.split,
                         "simplification": self.simplification,
                         "gold_length": length,
                         "max_steps": self.max_steps,
@@ -332,6 +349,21 @@ class SciWorldEnv(TextEnv):
             )
         self.set_tasks(specs)
         self._task_name = self._variation = None
+
+    def _l0_plan(self, known: list[str], selected: list[str], max_variations: int | None) -> list[tuple[str, int]]:
+        """The L0 set's (task, variation) pairs of ``self.split`` for the ``selected`` tasks, in L0 order.
+        The whole set is rebuilt (all 29 tasks' lists feed one shuffle stream) before filtering."""
+        outside = [name for name in selected if known.index(name) not in L0_TASK_ORDER]
+        if outside:
+            raise ValueError(f"sciworld: task_set='l0' leaves out the tasks {outside}")
+
+        def variations(task_index: int) -> tuple[list[int], list[int]]:
+            self._load(known[task_index], 0, gold=False)
+            return list(self._jvm("get_variations_train")), list(self._jvm("get_variations_dev"))
+
+        pairs = [(known[t], v) for t, v in l0_index(variations)[self.split] if known[t] in selected]
+        # each task's variations are contiguous in L0: cap each run, keeping L0's order
+        return [pair for _, run in groupby(pairs, key=lambda pair: pair[0]) for pair in list(run)[:max_variations]]
 
     def _cache_path(self) -> Path | None:
         if self.gold_cache_dir is None:

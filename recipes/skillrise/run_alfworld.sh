@@ -11,6 +11,7 @@ ENV_NAME=alfworld
 CONFIG=${CONFIG:-skillrise_alfworld}
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 export ALFWORLD_DATA=${ALFWORLD_DATA:-$HOME/.cache/alfworld}
-# The released turn cap: 10 steps per task.
-build_data '{"split": "train", "max_steps": 10}' '{"split": "valid_unseen", "max_steps": 10}'
+# The released turn cap (10 steps per task) and held-out split: the authors validate on valid_seen
+# (env.alfworld.eval_dataset=eval_in_distribution), as skl_verl.skillrise.evaluate does by default.
+build_data '{"split": "train", "max_steps": 10}' '{"split": "valid_seen", "max_steps": 10}'
 train

@@ -5,7 +5,8 @@
 ENV_NAME=sciworld
 CONFIG=${CONFIG:-skillrise_sciworld}
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-# The released turn cap (30 steps) and action rendering (verb templates + objects).
-build_data '{"split": "train", "max_steps": 30, "action_format": "templates"}' \
-  '{"split": "test", "max_steps": 30, "action_format": "templates"}'
+# The released task set (L0: 29 tasks; train variations, dev variations as test; envs/sciworld_l0.py),
+# turn cap (30 steps) and action rendering (verb templates + objects).
+build_data '{"split": "train", "task_set": "l0", "max_steps": 30, "action_format": "templates"}' \
+  '{"split": "test", "task_set": "l0", "max_steps": 30, "action_format": "templates"}'
 train

@@ -3,7 +3,7 @@
     python -m skl_verl.skillrise.build_dataset --env frozenlake --env-kwargs '{"num_tasks": 96}' \\
         --k 3 --seed 0 --out data/skillrise/frozenlake_train.parquet
     # Pass@k evaluation: each task repeated, carrying the document, stopping at the first success
-    python -m skl_verl.skillrise.build_dataset --env alfworld --env-kwargs '{"split": "valid_unseen"}' \\
+    python -m skl_verl.skillrise.build_dataset --env alfworld --env-kwargs '{"split": "valid_seen"}' \\
         --retry 3 --out data/skillrise/alfworld_pass3.parquet
 """
 

@@ -1,7 +1,7 @@
 """SkillRise evaluation: Pass@1/2/3 and cross-task test-time scaling over K (§4.2, §5.1).
 
-    # a local HF checkpoint (CPU or GPU)
-    python -m skl_verl.skillrise.evaluate --env alfworld --env-kwargs '{"split": "valid_unseen"}' \\
+    # a local HF checkpoint (CPU or GPU), on ALFWorld's released held-out split (valid_seen)
+    python -m skl_verl.skillrise.evaluate --env alfworld --env-kwargs '{"max_steps": 10}' \\
         --model checkpoints/skillrise/hf --max-tasks 128 --scaling-k 1,2,3,4,5 --out results.json
     # or a served model: vllm serve <checkpoint> --port 8000
     python -m skl_verl.skillrise.evaluate --env webshop --endpoint http://127.0.0.1:8000/v1 \\
@@ -11,6 +11,14 @@ Pass@k retries the *same* task up to k times, carrying the evolving skill docume
 a task solved if any of its first k attempts wins. Scaling partitions the held-out tasks into
 sequences of K related tasks (one attempt each) and reports the success rate for each K.
 The printed tables put the paper's numbers (Qwen3-4B) beside ours.
+
+Held-out tasks (``held_out``): the paper envs default to the split the authors validate on (ALFWorld
+valid_seen, WebShop goals 0-499, ScienceWorld the L0 set's test list); a key given in ``--env-kwargs``
+overrides its default (e.g. ``{"split": "valid_unseen"}``, or ``{"task_set": "package"}``).
+``--sample released`` (default) draws ``--max-tasks`` of them as the authors' validation does, seeded by
+``--seed`` (their env.seed): ALFWorld one seeded shuffle per row, so a task can be played twice; WebShop
+and ScienceWorld distinct tasks. ``--sample stratified`` instead takes distinct tasks, each family its
+share (``sequences.sample_tasks``). Scaling plays each drawn task once.
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ from envs import make_env
 from skl_verl.rollout.clients import generation_client
 from skl_verl.rollout.data import json_object_arg, write_parquet
 from skl_verl.skillrise import paper_results
+from skl_verl.skillrise.held_out import SAMPLES, distinct, held_out_env_kwargs, released_draw
 from skl_verl.skillrise.build_dataset import sequence_rows
 from skl_verl.skillrise.sequences import (
     covering_sequences,
@@ -233,6 +242,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--served-model", help="model name at the endpoint")
     parser.add_argument("--tokenizer", help="tokenizer path (required with --endpoint)")
     parser.add_argument("--max-tasks", type=_at_least(1), default=128, help="held-out tasks (paper: 128)")
+    parser.add_argument("--sample", choices=SAMPLES, default="released",
+                        help="how --max-tasks are drawn: as the authors' validation (released; ALFWorld may "
+                             "repeat a task) or distinct tasks stratified by family (stratified)")
     parser.add_argument("--attempts", type=_at_least(1), default=3, help="Pass@k up to this k (paper: 3)")
     parser.add_argument("--scaling-k", type=_sequence_lengths, default=[],
                         help="comma-separated sequence lengths, e.g. 1,2,3,4,5")
@@ -244,7 +256,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--max-prompt-length", type=_at_least(1), default=4096)
     parser.add_argument("--max-response-length", type=_at_least(1), default=1024)
     parser.add_argument("--batch-size", type=_at_least(1), default=8)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="draws the held-out tasks (released: env.seed=0)")
     parser.add_argument("--method", choices=sorted(METHOD_LOOPS), default="SkillRise",
                         help="what the checkpoint was trained as: picks the evaluation loop and names the row")
     parser.add_argument("--label", help="the row's name (default: '<method> (ours)')")
@@ -255,13 +267,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         parser.error("--endpoint needs --served-model and --tokenizer")
     if args.temperature < 0:
         parser.error(f"argument --temperature: {args.temperature} is below 0")
+    if args.sample == "released" and args.seed < -1000:
+        parser.error(f"argument --seed: {args.seed} is below -1000 (the released draw seeds numpy with seed + 1000)")
+    args.env_kwargs = held_out_env_kwargs(args.env, args.env_kwargs)
     if not args.agent_loop:
         try:
             args.agent_loop = default_agent_loop(args.env, args.method)
         except ValueError as exc:
             parser.error(str(exc))
     args.label = args.label or f"{args.method} (ours)"
-    results: dict[str, Any] = {"env": args.env, "trials": args.trials, "complete": False}
+    results: dict[str, Any] = {"env": args.env, "env_kwargs": args.env_kwargs, "sample": args.sample,
+                               "seed": args.seed, "trials": args.trials, "complete": False}
     if args.out:
         try:
             write_results(args.out, results)
@@ -286,13 +302,17 @@ def _evaluate(args, results: dict[str, Any]) -> dict[str, Any]:
 
     env = make_env(args.env, **args.env_kwargs)
     try:
-        tasks = sample_tasks(env.tasks(), args.max_tasks, seed=args.seed)
+        if args.sample == "released":
+            tasks = released_draw(args.env, env.tasks(), args.max_tasks, seed=args.seed)
+        else:
+            tasks = sample_tasks(env.tasks(), args.max_tasks, seed=args.seed)
     finally:
         env.close()
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer or args.model)
     client = generation_client(tokenizer, args.max_new_tokens, endpoint=args.endpoint, served_model=args.served_model,
                                checkpoint=args.model, seed=args.seed)
     results["tasks"] = len(tasks)
+    results["distinct_tasks"] = len(distinct(tasks))
     with tempfile.TemporaryDirectory() as tmp:
         records = run_rollouts(args, args.env_kwargs, retry_sequences(tasks, args.attempts), tokenizer, client, Path(tmp), "pass_at_k")
         results["pass_at_k"] = pass_at_k(records, args.attempts)
@@ -302,7 +322,7 @@ def _evaluate(args, results: dict[str, Any]) -> dict[str, Any]:
         results["scaling"] = {}
         save()
         for k in args.scaling_k:
-            sequences = covering_sequences(tasks, k, seed=args.seed)
+            sequences = covering_sequences(distinct(tasks), k, seed=args.seed)
             scaled = run_rollouts(args, args.env_kwargs, sequences, tokenizer, client, Path(tmp), f"scaling_k{k}")
             results["scaling"][k] = {"success_rate": success_rate(scaled), "tasks_played": len(task_records(scaled))}
             save()

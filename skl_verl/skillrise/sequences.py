@@ -131,10 +131,16 @@ def covering_sequences(tasks: Sequence[TaskSpec], k: int, seed: int = 0) -> list
 
 
 def retry_sequences(tasks: Sequence[TaskSpec], attempts: int) -> list[TaskSequence]:
-    """Pass@k evaluation: each task repeated ``attempts`` times, carrying the document between tries."""
+    """Pass@k evaluation: each task repeated ``attempts`` times, carrying the document between tries.
+    A task listed twice (the released ALFWorld draw repeats tasks) is played twice, as its own sequence:
+    ``retry-<task id>``, then ``retry-<task id>-draw2``, ..."""
     if attempts < 1:
         raise ValueError("attempts must be >= 1")
-    return [
-        TaskSequence(f"retry-{t.task_id}", t.family, (t.task_id,) * attempts, (float(t.difficulty),) * attempts)
-        for t in sorted(tasks, key=lambda t: t.task_id)
-    ]
+    draws: dict[str, int] = {}
+    sequences = []
+    for t in sorted(tasks, key=lambda t: t.task_id):
+        draws[t.task_id] = draws.get(t.task_id, 0) + 1
+        suffix = f"-draw{draws[t.task_id]}" if draws[t.task_id] > 1 else ""
+        sequences.append(TaskSequence(f"retry-{t.task_id}{suffix}", t.family, (t.task_id,) * attempts,
+                                      (float(t.difficulty),) * attempts))
+    return sequences

@@ -156,6 +156,24 @@ def test_bad_constructor_arguments_fail_before_the_jvm_starts():
         SciWorldEnv(task_names=["no-such-task"], gold_cache_dir=None)
     with pytest.raises(ValueError):
         SciWorldEnv(split="validation", gold_cache_dir=None)
+    with pytest.raises(ValueError, match="task_set must be one of"):
+        SciWorldEnv(task_set="l1", gold_cache_dir=None)
+    with pytest.raises(ValueError, match=r"split must be one of \('train', 'test'\) with task_set='l0'"):
+        SciWorldEnv(task_set="l0", split="dev", gold_cache_dir=None)
+
+
+def test_the_released_task_set_tests_on_dev_variations_in_its_own_order(cache_dir):
+    # task_set="l0" (envs.sciworld_l0): boil's test tasks are its package *dev* variations, in the
+    # released set's shuffled order (17, 16, 18, ...), where the package set would give test 21, 22, ...
+    e = SciWorldEnv(task_names=["boil"], task_set="l0", split="test", max_variations_per_task=2, gold_cache_dir=cache_dir)
+    try:
+        assert [s.task_id for s in e.tasks()] == [_tid("boil", 17), _tid("boil", 16)]
+        meta = e.tasks()[0].metadata
+        assert (meta["split"], meta["task_set"], meta["package_split"]) == ("test", "l0", "dev")
+    finally:
+        e.close()
+    with pytest.raises(ValueError, match="task_set='l0' leaves out the tasks \\['use-thermometer'\\]"):
+        SciWorldEnv(task_names=["use-thermometer"], task_set="l0", gold_cache_dir=None)
 
 
 def test_cap_actions_round_robin_over_verbs():

@@ -122,7 +122,8 @@ def test_a_baseline_config_needs_an_env():
 def test_grpo_baseline_and_no_curation_ablation():
     grpo = baseline("grpo", "alfworld")
     assert grpo.actor_rollout_ref.rollout.n == 24
-    assert options(grpo).norm == "std"  # the released GRPO baseline keeps std normalisation
+    # the released GRPO baseline: std normalisation over every step sample of the task's group
+    assert (options(grpo).norm, options(grpo).count) == ("std", "steps")
     ablation = load("no_curation_alfworld")
     assert ablation.actor_rollout_ref.rollout.agent.default_agent_loop == "skillrise_no_curation_alfworld"
     assert agent_loop_entry("skillrise_no_curation_alfworld").curate is False
@@ -130,10 +131,13 @@ def test_grpo_baseline_and_no_curation_ablation():
 
 
 @pytest.mark.parametrize("env", ENVS)
-def test_gigpo_baseline_composes_with_verl_agent_settings(env):
+def test_gigpo_baseline_composes_with_the_released_qwen3_4b_settings(env):
     gigpo = baseline("gigpo", env)
     assert gigpo.actor_rollout_ref.rollout.n == 24
-    assert (options(gigpo).gamma, options(gigpo).step_advantage_weight, options(gigpo).norm) == (0.95, 1.0, "std")
+    # LaMer's gigpo_<env>_qwen3_4b.sh: gamma 0.95, step_advantage_w 1.0, mode mean_norm, no KL
+    assert (options(gigpo).gamma, options(gigpo).step_advantage_weight, options(gigpo).norm, options(gigpo).count) == (
+        0.95, 1.0, "mean", "steps")
+    assert not gigpo.actor_rollout_ref.actor.use_kl_loss and not gigpo.algorithm.use_kl_in_reward
     assert gigpo.trainer.v1.trainer_mode == "skl_sync"
     with pytest.raises(ConfigError, match="gigpo groups env steps"):
         baseline("gigpo", env, ["actor_rollout_ref.rollout.agent.default_agent_loop=skl_env"])
@@ -261,10 +265,11 @@ def test_run_script_dry_run_shows_thinking_off_mean_norm_and_the_per_action_budg
 
 
 RELEASED_ENV_KWARGS = {
+    "alfworld": ({"split": "train", "max_steps": 10}, {"split": "valid_seen", "max_steps": 10}),  # eval_in_distribution
     "webshop": ({"split": "train", "split_convention": "verl_agent", "max_steps": 12},
                 {"split": "test", "split_convention": "verl_agent", "max_steps": 12}),
-    "sciworld": ({"split": "train", "max_steps": 30, "action_format": "templates"},
-                 {"split": "test", "max_steps": 30, "action_format": "templates"}),
+    "sciworld": ({"split": "train", "task_set": "l0", "max_steps": 30, "action_format": "templates"},
+                 {"split": "test", "task_set": "l0", "max_steps": 30, "action_format": "templates"}),
 }
 """The released splits, turn caps and action rendering SkillRise plays each env with."""
 
@@ -281,6 +286,7 @@ def planned_builds(stdout):
 
 
 @pytest.mark.parametrize("env,method,module,data_kind,loop", [
+    ("alfworld", "lamer", "skl_verl.skillrise.build_dataset", "attempts_", "lamer_alfworld"),
     ("webshop", "gigpo", "skl_verl.rollout.data", "tasks_", "step_webshop"),
     ("sciworld", "lamer", "skl_verl.skillrise.build_dataset", "attempts_", "lamer_sciworld"),
 ])

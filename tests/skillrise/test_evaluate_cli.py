@@ -30,6 +30,8 @@ FROZENLAKE = ["--env", "frozenlake", "--env-kwargs", json.dumps({"size": 4, "num
         (["--scaling-k", "1,0"], "argument --scaling-k: '1,0': 0 is below 1"),
         (["--env-kwargs", "{split: test}"], "argument --env-kwargs: not JSON"),
         (["--temperature", "-0.5"], "argument --temperature: -0.5 is below 0"),
+        (["--sample", "random"], "argument --sample: invalid choice: 'random'"),
+        (["--seed", "-1001"], "argument --seed: -1001 is below -1000"),
         (["--method", "LaMer"], "no lamer_frozenlake agent loop to evaluate LaMer on frozenlake; pass --agent-loop"),
     ],
 )
@@ -39,6 +41,21 @@ def test_bad_arguments_stop_before_anything_loads(args, message, capsys):
         evaluate.main([*FROZENLAKE, "--model", "/nonexistent/model", *args])
     assert stop.value.code == 2
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "env,env_kwargs,expected",
+    [
+        ("alfworld", {"max_steps": 10}, {"split": "valid_seen", "max_steps": 10}),  # released: eval_in_distribution
+        ("alfworld", {"split": "valid_unseen"}, {"split": "valid_unseen"}),
+        ("sciworld", {"max_steps": 30}, {"split": "test", "task_set": "l0", "max_steps": 30}),
+    ],
+)
+def test_the_released_held_out_split_and_draw_are_the_defaults(env, env_kwargs, expected, monkeypatch):
+    monkeypatch.setattr(evaluate, "_evaluate", lambda args, results: {"args": args, "results": results})
+    seen = evaluate.main(["--env", env, "--env-kwargs", json.dumps(env_kwargs), "--model", "/nonexistent/model"])
+    assert seen["args"].env_kwargs == expected and seen["args"].sample == "released"
+    assert seen["results"]["env_kwargs"] == expected and seen["results"]["sample"] == "released"
 
 
 def test_unwritable_out_stops_before_any_rollout(tmp_path, capsys):
