@@ -49,7 +49,8 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--k", type=int, default=3, help="tasks per sequence (paper: 3)")
     parser.add_argument("--retry", type=int, default=0, help="Pass@k data: repeat each task this many times")
     parser.add_argument("--attempts", type=int, default=0,
-                        help="LaMer-style training data: each task attempted this many times in a row, every attempt played")
+                        help="LaMer training data: each task attempted up to this many times in a row (the loop's "
+                             "stop_after_win decides whether a win ends the trial; on for lamer_<env>)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max-sequences", type=int, default=None)
     parser.add_argument("--out", required=True)

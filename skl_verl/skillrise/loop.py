@@ -5,6 +5,9 @@ curate k (k < K) rewrites the whole document from the attempt and its outcome; o
 crosses tasks. Each phase is its own training sample carrying trial id, sequence id, position and
 phase, so the ``skillrise`` estimator can assign Eq. 6 credit and Eq. 7 groups.
 
+The LaMer baseline reuses the loop on K attempts of one task (``carried_text: reflection``): with
+``reflections: accumulate`` and ``stop_after_win`` it plays as LaMer's code does (see agent_loops.yaml).
+
 Dataset rows (``skl_verl.skillrise.build_dataset``) name the env and the ordered task ids::
 
     extra_info = {"env_spec": ..., "sequence_id": "pick-3", "task_ids": '["t1", "t2", "t3"]'}
@@ -32,6 +35,11 @@ from skl_verl.rollout.env_pool import ENV_POOL
 from skl_verl.rollout.parsing import TagActionParser
 from skl_verl.rollout.prompt_safety import neutralise_special_tokens
 from skl_verl.skillrise import prompts
+
+REFLECTION_MODES = ("rewrite", "accumulate")
+"""How reflections carry between attempts (``carried_text: reflection``): ``rewrite`` keeps one text that
+each reflection rewrites from the previous one; ``accumulate`` (LaMer's code) keeps every attempt's own
+reflection and shows them all, in order, to the next attempt."""
 
 
 def parse_sequence_spec(extra_info: dict[str, Any]) -> tuple[str, dict[str, Any], str, list[str], bool]:
@@ -61,10 +69,15 @@ class SkillRiseAgentLoop(EnvAgentLoop):
         curate_penalty: Annotated[float, AtLeast(0)] = 0.1,
         history_window: Annotated[int, AtLeast(0)] = 50,
         carried_text: Annotated[str, OneOf(*prompts.CARRIED_TEXTS)] = "skill_document",
+        reflections: Annotated[str, OneOf(*REFLECTION_MODES)] = "rewrite",
+        stop_after_win: bool = False,
         **kwargs: Any,
     ):
         if carried_text == "none" and curate:
             raise ValueError("carried_text: none carries nothing between tasks; set curate: false")
+        if reflections == "accumulate" and carried_text != "reflection":
+            raise ValueError(f"reflections: accumulate keeps one reflection per attempt; it needs carried_text: "
+                             f"reflection, got carried_text: {carried_text}")
         self.carried = prompts.CARRIED_TEXTS[carried_text]
         kwargs.setdefault("system_prompt", self.carried.solve_system)
         super().__init__(*args, **kwargs)
@@ -72,13 +85,17 @@ class SkillRiseAgentLoop(EnvAgentLoop):
         self.max_document_words = max_document_words
         self.curate_penalty = curate_penalty
         self.history_window = history_window
+        self.accumulate = reflections == "accumulate"
+        self.stop_after_win = stop_after_win
         self.document_parser = TagActionParser(tags=(self.carried.tag,), max_action_chars=max_document_words * 20)
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> list[AgentLoopOutput]:
         self.trainer_step = int(kwargs.get("global_steps") or 0)
         env_name, env_kwargs, sequence_id, task_ids, stop_after_success = parse_sequence_spec(kwargs.get("extra_info"))
         trial_id = _trajectory_id(kwargs)
+        stop_after_success = stop_after_success or self.stop_after_win
         document = self.carried.empty
+        reflections: list[str] = []  # accumulate mode: one per failed attempt, oldest first
         outputs: list[AgentLoopOutput] = []
         won: list[float] = []
         with ENV_POOL.lease(env_name, env_kwargs) as env:
@@ -90,24 +107,32 @@ class SkillRiseAgentLoop(EnvAgentLoop):
                     self.system_prompt,
                     seed=stable_seed(f"{trial_id}:{position}"),
                     request_id=f"{trial_id}:solve{position}",
-                    preamble=self.carried.preamble(document),
+                    preamble=prompts.accumulated_reflections_preamble(reflections) if self.accumulate
+                    else self.carried.preamble(document),
                 )
                 fields = self._fields(trial_id, sequence_id, position, "solve", task_id)
-                fields[rf.DOCUMENT_WORDS] = self.document_words(document)
+                fields[rf.DOCUMENT_WORDS] = (sum(len(r.split()) for r in reflections) if self.accumulate
+                                             else self.document_words(document))
                 outputs.extend(self.to_outputs(episode, fields))
                 won.append(float(episode.won))
                 if stop_after_success and episode.won:
                     break
                 if self.curate and position < len(task_ids) - 1:
-                    document, curated = await self._curate(
+                    written, curated = await self._curate(
                         document, episode, sampling_params, trial_id, sequence_id, position, task_id
                     )
+                    if self.accumulate:
+                        reflections.append(written)
+                    else:
+                        document = written
                     outputs.append(curated)
         # verl's validation reads only a session's last output (v1 copies its reward_extra_info to the
         # others); this summary makes it report every solve: Pass@1 over all tasks and per position.
         summary = {"solve_success": sum(won) / len(won)}
         if not stop_after_success:
             summary.update({f"solve_success@{k}": w for k, w in enumerate(won)})
+        if self.stop_after_win:  # LaMer's success_rate[k]: solved within the first k + 1 attempts
+            summary.update({f"solved_by_attempt@{k}": float(any(won[: k + 1])) for k in range(len(task_ids))})
         for output in outputs:
             output.extra_fields["reward_extra_info"] = dict(summary)
         return outputs
@@ -128,11 +153,11 @@ class SkillRiseAgentLoop(EnvAgentLoop):
     def _curate_messages(self, document: str, episode: EpisodeResult, window: int) -> list[dict[str, str]]:
         steps, shown = prompts.render_steps(episode.actions, window)
         outcome = f"failed: {episode.failed}" if episode.failed else ("success" if episode.won else "failure")
-        user = self.carried.curate_user.format(
-            document=document, task=episode.task_text, outcome=outcome, shown=shown,
-            total=len(episode.actions), steps=steps,
-        )
-        system = self.carried.curate_system.format(max_words=self.max_document_words)
+        system, user = ((prompts.REFLECT_ON_ATTEMPT_SYSTEM, prompts.REFLECT_ON_ATTEMPT_USER) if self.accumulate
+                        else (self.carried.curate_system, self.carried.curate_user))
+        user = user.format(document=document, task=episode.task_text, outcome=outcome, shown=shown,
+                           total=len(episode.actions), steps=steps)
+        system = system.format(max_words=self.max_document_words)
         return [{"role": "system", "content": system}, {"role": "user", "content": neutralise_special_tokens(user, self.tokenizer)}]
 
     def _prompt_length(self, messages: list[dict[str, str]]) -> int:
@@ -151,7 +176,9 @@ class SkillRiseAgentLoop(EnvAgentLoop):
         task_id: str,
     ) -> tuple[str, AgentLoopOutput]:
         """One curation turn. A reply without a <skill> block, or over the word cap, keeps the old
-        document, is flagged in ``skl_curate_error`` and scores ``-curate_penalty``."""
+        document, is flagged in ``skl_curate_error`` and scores ``-curate_penalty``. Accumulated
+        reflections follow LaMer's code instead: an unparseable one scores the penalty and is kept empty,
+        a long one is cut to the word cap. Returns (the text carried on, the sample)."""
         # Show fewer steps rather than let verl left-truncate the instructions out of the prompt.
         window = min(self.history_window, len(episode.actions))
         messages = self._curate_messages(document, episode, window)
@@ -168,9 +195,12 @@ class SkillRiseAgentLoop(EnvAgentLoop):
         error = None
         if not parsed.ok:
             error = parsed.error
-        elif len(parsed.action.split()) > self.max_document_words:
+        elif len(parsed.action.split()) > self.max_document_words and not self.accumulate:
             error = f"document has {len(parsed.action.split())} words, over the {self.max_document_words}-word cap"
-        new_document = document if error else parsed.action
+        if self.accumulate:
+            new_document = "" if error else " ".join(parsed.action.split()[: self.max_document_words])
+        else:
+            new_document = document if error else parsed.action
         fields = self._fields(trial_id, sequence_id, position, "curate", task_id)
         score = -self.curate_penalty if error else 0.0
         fields.update(

@@ -82,6 +82,35 @@ Last {shown} of {total} steps of the attempt (action -> what the environment ret
 Write the reflection for your next attempt inside <reflection>...</reflection>."""
 
 
+# LaMer's own scheme (``reflections: accumulate``): each reflection looks back at one failed attempt
+# only, and the next attempt sees every reflection written so far, in order.
+REFLECT_ON_ATTEMPT_SYSTEM = (
+    "Your attempt at this task did not succeed, and you will try it again from the start. Look back "
+    "at this attempt: where it went wrong or wasted steps, and what you should have done instead. "
+    "Then make a concrete plan for the next attempt that names the actions to take. You may first "
+    "reason; then give the reflection inside <reflection>...</reflection>, at most {max_words} words. "
+    "Only the last <reflection> block counts."
+)
+
+REFLECT_ON_ATTEMPT_USER = """Task: {task}
+Outcome of this attempt: {outcome}
+Last {shown} of {total} steps of the attempt (action -> what the environment returned):
+{steps}
+
+Write the reflection for your next attempt inside <reflection>...</reflection>."""
+
+MISSING_REFLECTION = "(no reflection was written)"
+
+
+def accumulated_reflections_preamble(reflections: list[str]) -> str:
+    """Every earlier attempt's reflection, oldest first; nothing before the first attempt."""
+    if not reflections:
+        return ""
+    lines = [f"Attempt {i} failed. Your reflection after it:\n{text or MISSING_REFLECTION}"
+             for i, text in enumerate(reflections, start=1)]
+    return ("\n\n".join(lines) + f"\n\nThis is attempt {len(reflections) + 1}, from the start.\n\nTask:\n")
+
+
 def reflection_preamble(reflection: str) -> str:
     return f"Reflection on your earlier attempts at this task:\n{reflection}\n\nTask:\n"
 

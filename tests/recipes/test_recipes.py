@@ -63,7 +63,7 @@ def test_skillrise_configs_carry_the_paper_settings(name):
     assert loop.history_window == {"alfworld": 50, "webshop": 50, "sciworld": 30}[env]
 
 
-BASELINES = {"grpo": "skl_grpo", "gigpo": "gigpo", "rloo": "skl_rloo", "ppo": "skl_gae", "lamer": "skillrise"}
+BASELINES = {"grpo": "skl_grpo", "gigpo": "gigpo", "rloo": "skl_rloo", "ppo": "skl_gae", "lamer": "lamer"}
 """Each Table 1 baseline config and the estimator it trains with."""
 ENVS = ["alfworld", "webshop", "sciworld"]
 SHARED_LOOP_OPTIONS = ("sample_granularity", "step_history", "max_turns", "reward_fn", "reward_scale",
@@ -97,6 +97,7 @@ def test_baselines_train_on_each_env_with_skillrise_settings(method, env):
         assert loop[option] == skillrise_loop[option], option
     if method == "lamer":
         assert loop.carried_text == "reflection" and loop.history_window == skillrise_loop.history_window
+        assert (loop.reflections, loop.stop_after_win) == ("accumulate", True)  # as LaMer's code plays
 
 
 @pytest.mark.parametrize("env", ENVS)
@@ -148,11 +149,16 @@ def test_gigpo_baseline_composes_with_the_released_qwen3_4b_settings(env):
 @pytest.mark.parametrize("env", ENVS)
 def test_lamer_baseline_attempts_one_task_with_a_reflection(env):
     lamer = baseline("lamer", env)
-    assert (options(lamer).gamma, options(lamer).solve_return) == (0.6, "discounted")
-    with pytest.raises(ValueError, match="algorithm.skillrise.solve_return"):
-        baseline("lamer", env, ["algorithm.skillrise.solve_return=episode"])
-    with pytest.raises(ConfigError, match="needs a skillrise agent loop"):
+    settings = options(lamer)  # LaMer's run scripts: step_gamma, traj_gamma, gigpo.mode, step_advantage_w
+    assert (settings.step_gamma, settings.attempt_gamma, settings.norm, settings.step_advantage_weight) == (0.95, 0.6, "mean", 1.0)
+    with pytest.raises(ValueError, match="algorithm.lamer.attempt_gamma"):
+        baseline("lamer", env, ["algorithm.lamer.attempt_gamma=1.5"])
+    with pytest.raises(ValueError, match="algorithm.lamer.norm"):
+        baseline("lamer", env, ["algorithm.lamer.norm=median"])
+    with pytest.raises(ConfigError, match="needs a lamer agent loop"):
         baseline("lamer", env, [f"actor_rollout_ref.rollout.agent.default_agent_loop=step_{env}"])
+    with pytest.raises(ConfigError, match="lamer credits env steps"):
+        baseline("lamer", env, ["actor_rollout_ref.rollout.agent.default_agent_loop=skillrise"])
 
 
 @pytest.mark.parametrize("env", ENVS)

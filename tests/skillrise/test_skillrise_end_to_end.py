@@ -128,7 +128,7 @@ class ReflectingPolicy(PlannedPolicy):
         return await super().generate(request_id, prompt_ids=prompt_ids, sampling_params=sampling_params, **kwargs)
 
 
-def play_attempts(tmp_path, model_dir, loop_name, overrides=()):
+def play_attempts(tmp_path, model_dir, loop_name, overrides=(), loop_options=None):
     """Four trials of three attempts at one FrozenLake task with the ``loop_name`` loop of the YAML."""
     from omegaconf import OmegaConf
 
@@ -142,6 +142,8 @@ def play_attempts(tmp_path, model_dir, loop_name, overrides=()):
     loops = packaged_loops()
     (entry,) = [entry for entry in loops if entry.name == loop_name]
     entry.sample_granularity, entry.reward_fn = "episode", "env_return"  # FrozenLake: one sample per attempt, reward 1
+    for option, value in (loop_options or {}).items():
+        entry[option] = value
     OmegaConf.save(loops, tmp_path / "loops.yaml")
     config = compose_config([
         f"actor_rollout_ref.model.path={model_dir}", f"data.train_files={train}", f"data.val_files={train}",
@@ -158,11 +160,13 @@ def play_attempts(tmp_path, model_dir, loop_name, overrides=()):
     return rollout.rollout(next(rollout.batches(1)), step=1, n=4), config, policy, task
 
 
-def test_lamer_attempts_the_same_task_with_a_reflection_and_credits_later_attempts(tmp_path, tiny_model_dir):
+def test_a_rewritten_reflection_with_discounted_solve_returns_credits_later_attempts(tmp_path, tiny_model_dir):
+    """The reflection loop's other mode (one reflection rewritten after each attempt, every attempt played)
+    under the skillrise estimator's discounted solve return; LaMer itself: test_lamer.py."""
     data, config, policy, task = play_attempts(tmp_path, tiny_model_dir, "lamer_alfworld", [
         "algorithm.adv_estimator=skillrise", f"+algorithm.skillrise.gamma={GAMMA}",
         "+algorithm.skillrise.solve_return=discounted",
-    ])
+    ], loop_options={"reflections": "rewrite", "stop_after_win": False})
     advantage_step(data, config)
 
     fields = data.non_tensor_batch
