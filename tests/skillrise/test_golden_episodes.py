@@ -1,0 +1,628 @@
+"""Golden episodes: SkillRise and its Table 1 baselines played end to end with a scripted policy.
+
+A scripted policy (tests/golden.py ``ScriptedPolicy``: it answers by request id, never decides) plays a
+short, fixed sequence of turns through verl's agent-loop worker with the recipe's REAL loop entry
+(``skillrise_<env>``, ``step_<env>``) on the real env (ALFWorld games made offline, the WebShop stand-in,
+ScienceWorld's JVM); the recipe's REGISTERED estimator then runs as the trainer's advantage step does
+(tests/loop_helpers.py ``advantage_step``, with the recipe config's ``algorithm`` section). Every number
+the tests expect is derived by hand in the comments and with plain arithmetic, never with our estimators.
+
+The released rules these episodes encode:
+
+* one training sample per policy turn and one per curation; reward 10 * won;
+* the loop's turn cap counts policy turns (ALFWorld 10, WebShop 12, ScienceWorld 30); an unparseable reply
+  uses a turn, is penalised 0.5 on its own row, and its last 30 characters go to the env as the action;
+* row score s = R - 0.5 * [row unparseable] (solve rows, R = 10 * won of the trial's task) and, for the
+  curation after task k, s = sum_{j>k} 0.6^(j-k) R_j - 0.5 * [no valid <skill> block];
+* ``skillrise`` (norm mean): A = s - mean over the group's trials of each trial's FIRST row score;
+* ``skl_grpo``: A = (s - mean) / (std + 1e-6) over EVERY step row of the task group (unbiased std);
+* ``gigpo`` (mean norm): A = (s - mean over every row of the task group)
+  + (G - mean of G over the task group's rows that acted from the same state), G the row's 0.95-discounted
+  return of env-step rewards (10 at the winning step), a state reached once giving 0;
+* ``skl_rloo``: A = s - mean of the OTHER trials' first-row scores;
+* ``skillrise`` with norm std, and ``skl_grpo`` with ``count: trials``: mean and unbiased std over the trials'
+  first-row scores, A = (s - mean) / (std + 1e-6);
+* ``skl_gae`` (PPO): verl's GAE over each row with s on its last token;
+* evaluation (evaluate.py) counts tasks, never step rows;
+* baseline mini-batches: 128 step samples.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import shutil
+
+import pytest
+from golden import (
+    BAD,
+    BAD_SKILL,
+    BAD_TAIL,
+    GOOD_SKILL,
+    Checks,
+    ShopperPolicy,
+    act,
+    by_slot,
+    mean,
+    play,
+    recipe_config,
+    rows_of,
+    unbiased_std,
+)
+from loop_helpers import advantage_step
+
+from skl_verl.rollout.data import env_rows
+from skl_verl.skillrise import evaluate
+from skl_verl.skillrise.build_dataset import sequence_rows
+from skl_verl.skillrise.prompts import EMPTY_DOCUMENT
+from skl_verl.skillrise.sequences import TaskSequence
+
+SKILL_TEXT = GOOD_SKILL.removeprefix("<skill>").removesuffix("</skill>")
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    """The tiny model's tokenizer and config; its weights never decide anything here (the policy is
+    scripted), so the format warm-up the shared ``tiny_model_dir`` trains (minutes on 2 cores) is skipped."""
+    from skl_verl.rollout.tiny_model import build_tiny_model
+
+    return str(build_tiny_model(tmp_path_factory.mktemp("golden_model"), format_steps=0))
+
+
+def evaluation_counts(data):
+    """What evaluate.py reports for these solve rows: tasks (never step rows) played and won."""
+    records = evaluate.solve_records(data)
+    return records, evaluate.task_records(records), evaluate.success_rate(records), evaluate.pass_at_k(records, 2)
+
+
+# Every SkillRise scenario below has the same shape: one sequence of two tasks of one family, two trials.
+#   trial 0: solve0 wins, its SECOND reply unparseable; curate0 writes a valid <skill> document; solve1 wins.
+#   trial 1: solve0 loses, its FIRST reply unparseable; curate0 has no <skill> block; solve1 loses.
+def skillrise_expected(rows_t0_solve0, rows_t0_solve1, rows_t1_solve0, rows_t1_solve1):
+    """(scores, advantages) per slot for that shape, given each solve's number of rows."""
+    # Row scores s: solve rows 10 * won - 0.5 on an unparseable row; a curation after task 0 gets 0.6 * R_1,
+    # minus 0.5 without a valid <skill> block: trial 0 0.6 * 10 = 6.0, trial 1 0.6 * 0 - 0.5 = -0.5.
+    scores = {
+        (0, 0, "solve"): [10.0, 9.5] + [10.0] * (rows_t0_solve0 - 2),
+        (0, 0, "curate"): [6.0],
+        (0, 1, "solve"): [10.0] * rows_t0_solve1,
+        (1, 0, "solve"): [-0.5] + [0.0] * (rows_t1_solve0 - 1),
+        (1, 0, "curate"): [-0.5],
+        (1, 1, "solve"): [0.0] * rows_t1_solve1,
+    }
+    # skillrise, norm mean: A = s - mean of the trials' FIRST-row scores of the group.
+    #   (seq, 0, solve): first rows 10 and -0.5 -> mean 4.75 (every-row statistics would differ)
+    #   (seq, 0, curate): 6.0 and -0.5 -> mean 2.75
+    #   (seq, 1, solve): 10 and 0 -> mean 5.0
+    baseline = {(0, "solve"): 4.75, (0, "curate"): 2.75, (1, "solve"): 5.0}
+    advantages = {slot: [s - baseline[slot[1:]] for s in values] for slot, values in scores.items()}
+    assert advantages[(0, 0, "solve")][:2] == [5.25, 4.75] and advantages[(1, 0, "solve")][:2] == [-5.25, -4.75]
+    assert advantages[(0, 0, "curate")] == [3.25] and advantages[(1, 0, "curate")] == [-3.25]
+    return scores, advantages
+
+
+def check_skillrise_batch(c, data, policy, config_name, counts):
+    """Samples, scores, advantages (the recipe config's registered estimator) and evaluation counts."""
+    c.equal(dict(sorted((k, len(v)) for k, v in policy.prompts.items())), dict(sorted(counts.items())),
+            "policy calls per (trial, phase): one per turn, one per curation")
+    c.equal(len(data), sum(counts.values()), "samples in the batch")
+    metrics = advantage_step(data, recipe_config(config_name))
+    rows = rows_of(data)
+    scores, advantages = skillrise_expected(counts[(0, "solve0")], counts[(0, "solve1")], counts[(1, "solve0")],
+                                            counts[(1, "solve1")])
+    c.rows(rows, scores, "score", "score (skl_score)")
+    c.rows(rows, advantages, "advantage")
+    # evaluate.py counts tasks: 2 trials x 2 tasks = 4 played, 2 won -> 0.5 whatever the rows per task;
+    # Pass@1 = Pass@2 = 1/2 (trial 0 solved its first task at once, trial 1 never).
+    records, tasks, rate, pass_k = evaluation_counts(data)
+    c.equal(len(records), sum(v for k, v in counts.items() if k[1].startswith("solve")), "solve rows")
+    c.equal(len(tasks), 4, "tasks played (evaluate.task_records)")
+    c.approx(rate, 0.5, "success rate over tasks (evaluate.success_rate)")
+    c.approx(pass_k, {1: 0.5, 2: 0.5}, "Pass@k over trials (evaluate.pass_at_k)")
+    for key, want in (("env/solve_success_rate@0", 0.5), ("env/solve_success_rate@1", 0.5), ("curate/error_rate", 0.5)):
+        c.approx(metrics.get(key), want, f"metric {key}")
+
+
+# ==================================================================================== ALFWorld
+
+PICK = "pick_and_place_simple-CellPhone-None-Bed-301/trial_T20190000_000000_000001"
+PICK_CLOSED = "pick_and_place_simple-KeyChain-None-Safe-301/trial_T20190000_000000_000002"
+# The generator's expert plans (ALFWorld's walkthroughs) of the two Pick games.
+WALK_PICK = ["go to desk 1", "take cellphone 1 from desk 1", "go to bed 1", "move cellphone 1 to bed 1"]
+WALK_CLOSED = ["go to drawer 2", "open drawer 2", "take keychain 1 from drawer 2", "go to safe 1", "open safe 1",
+               "move keychain 1 to safe 1"]
+
+
+@pytest.fixture(scope="module")
+def alfworld_kwargs(tmp_path_factory):
+    pytest.importorskip("alfworld", reason="alfworld not installed")
+    pytest.importorskip("fast_downward", reason="fast-downward-textworld not installed (textworld[pddl])")
+    from alfworld_games import load_generator
+    from envs import make_env
+
+    out = tmp_path_factory.mktemp("alfworld_data")
+    load_generator().make_games(out)
+    # run_alfworld.sh's env kwargs (split, the released turn cap of 10 steps), on the generated games.
+    kwargs = {"data_dir": str(out), "split": "train", "max_steps": 10}
+    env = make_env("alfworld", **kwargs)
+    try:  # the scripts below replay these plans
+        assert env.walkthrough(PICK) == WALK_PICK and env.walkthrough(PICK_CLOSED) == WALK_CLOSED
+        assert env.task(PICK).family == env.task(PICK_CLOSED).family == "Pick"
+    finally:
+        env.close()
+    return kwargs
+
+
+# SkillRise on ALFWorld: one sequence (PICK, then PICK_CLOSED), two trials.
+#   trial 0: solve0 = desk, BAD, take, bed, move        -> 5 rows, won
+#            curate0 = a valid <skill> document         -> 1 row
+#            solve1 = the 6-step walkthrough            -> 6 rows, won
+#   trial 1: solve0 = BAD, then "look" ...              -> 10 rows (the turn cap counts the BAD turn), lost
+#            curate0 = no <skill> block (malformed)     -> 1 row, the document stays empty
+#            solve1 = "look" ...                        -> 10 rows (turn cap), lost
+ALFWORLD_SKILLRISE_SCRIPT = {
+    (0, "solve0"): [act(WALK_PICK[0]), BAD, *map(act, WALK_PICK[1:])],
+    (0, "curate0"): [GOOD_SKILL],
+    (0, "solve1"): [act(a) for a in WALK_CLOSED],
+    (1, "solve0"): [BAD, act("look")],
+    (1, "curate0"): [BAD_SKILL],
+    (1, "solve1"): [act("look")],
+}
+
+
+@pytest.fixture(scope="module")
+def alfworld_skillrise_batch(tmp_path_factory, model_dir, alfworld_kwargs):
+    sequence = TaskSequence("pick-golden", "Pick", (PICK, PICK_CLOSED), (4.0, 6.0))
+    rows = sequence_rows("alfworld", alfworld_kwargs, [sequence])
+    return play(tmp_path_factory.mktemp("skillrise_alfworld"), model_dir, rows, "skillrise_alfworld", n=2,
+                script=ALFWORLD_SKILLRISE_SCRIPT)
+
+
+def test_skillrise_alfworld_golden_episode(alfworld_skillrise_batch):
+    data, policy = alfworld_skillrise_batch
+    data = copy.deepcopy(data)
+    c = Checks()
+    prompts = policy.prompts
+
+    # (1) a solve step's prompt: task 2, step 3 of trial 0 (after the curated document): the document,
+    # the task as first observed, the last steps, the current observation, then its admissible actions.
+    if c.true(len(prompts[(0, "solve1")]) >= 3, "trial 0 played task 2 for 3 turns"):
+        step3 = prompts[(0, "solve1")][2]
+        c.in_order(step3, ["Skill document:", SKILL_TEXT, "Task", "Your task is to: put", "Your last 2 of 2 steps",
+                           "1. go to drawer 2 ->", "2. open drawer 2 ->", "Current observation (step 3)",
+                           "Admissible actions:"], "solve prompt, task 2 step 3")
+        c.equal(step3.count("Admissible actions:"), 1, "admissible-action lists in a step prompt")
+        c.true(EMPTY_DOCUMENT not in step3 and "put a cellphone in bed" not in step3,
+               "only the curated document crosses tasks")
+    # The unparseable reply was a turn: its last 30 characters went to the env, which answered as for any
+    # inadmissible action ("Nothing happens."), and the next prompt shows exactly that step.
+    if c.true(len(prompts[(0, "solve0")]) >= 3, "trial 0 played task 1 for 3 turns"):
+        c.in_order(prompts[(0, "solve0")][2], [EMPTY_DOCUMENT, "Your last 2 of 2 steps", "1. go to desk 1 ->",
+                                               f"2. {BAD_TAIL} -> Nothing happens.", "Current observation (step 3)",
+                                               "Admissible actions:"], "solve prompt after an unparseable reply")
+    # step_history 15 > the 10-turn cap: trial 1's last turn of task 2 shows all 9 earlier steps.
+    c.in_order(prompts[(1, "solve1")][-1], ["Your last 9 of 9 steps", "1. look ->", "9. look ->",
+                                            "Current observation (step 10)"], "solve prompt at the turn cap")
+    c.true(EMPTY_DOCUMENT in prompts[(1, "solve1")][0], "a malformed curation keeps the previous (empty) document")
+
+    # (1) a curation's prompt: document, task, outcome, the attempt's steps (action -> result), instruction.
+    c.in_order(prompts[(0, "curate0")][0], ["Current skill document:", EMPTY_DOCUMENT, "Most recent task:",
+                                            "put a cellphone in bed", "Outcome: success", "Last 5 of 5 steps",
+                                            "1. go to desk 1 ->", f"2. {BAD_TAIL} -> Nothing happens.",
+                                            "5. move cellphone 1 to bed 1 ->",
+                                            "Write the revised skill document inside <skill>"], "curation prompt (won)")
+    c.in_order(prompts[(1, "curate0")][0], ["Outcome: failure", "Last 10 of 10 steps", "10. look ->"],
+               "curation prompt (lost at the turn cap)")
+
+    # (2)-(4): 5 + 1 + 6 + 10 + 1 + 10 = 33 samples; scores, advantages and evaluation counts.
+    counts = {(0, "solve0"): 5, (0, "curate0"): 1, (0, "solve1"): 6, (1, "solve0"): 10, (1, "curate0"): 1, (1, "solve1"): 10}
+    check_skillrise_batch(c, data, policy, "skillrise_alfworld", counts)
+    c.verify()
+
+
+def test_skillrise_std_norm_alfworld_golden_episode(alfworld_skillrise_batch):
+    data = copy.deepcopy(alfworld_skillrise_batch[0])
+    advantage_step(data, recipe_config("skillrise_alfworld", ["algorithm.skillrise.norm=std"]))
+    scores, _ = skillrise_expected(5, 6, 10, 10)
+    # norm std: (s - mean) / (std + 1e-6), mean and unbiased std over the trials' FIRST-row scores. Two trials:
+    # std = |a - b| / sqrt(2): (seq, 0, solve) 10 and -0.5 -> 7.424621; (seq, 0, curate) 6 and -0.5 -> 4.596194;
+    # (seq, 1, solve) 10 and 0 -> 7.071068.
+    stats = {(0, "solve"): (4.75, 7.424621), (0, "curate"): (2.75, 4.596194), (1, "solve"): (5.0, 7.071068)}
+    assert unbiased_std([10, -0.5]) == pytest.approx(7.424621, abs=1e-6)
+    expected = {slot: [(s - stats[slot[1:]][0]) / (stats[slot[1:]][1] + 1e-6) for s in values]
+                for slot, values in scores.items()}
+    c = Checks()
+    c.rows(rows_of(data), expected, "advantage")
+    c.verify()
+
+
+# Baselines on ALFWorld (step_alfworld, one task PICK, three trials), played once for GRPO, GiGPO and RLOO.
+#   trial 0: desk, BAD, take, bed, move  -> 5 rows, won at row 4 (row 1 unparseable, not the first)
+#   trial 1: BAD, desk, take, bed, move  -> 5 rows, won at row 4 (row 0 unparseable: its first row)
+#   trial 2: "look" x 10                 -> 10 rows, lost at the turn cap
+BASELINE_SCRIPT = {
+    (0, "solve0"): [act(WALK_PICK[0]), BAD, *map(act, WALK_PICK[1:])],
+    (1, "solve0"): [BAD, *map(act, WALK_PICK)],
+    (2, "solve0"): [act("look")],
+}
+# Row scores s = 10 * won - 0.5 * [unparseable]:
+BASELINE_SCORES = {
+    (0, 0, "act"): [10, 9.5, 10, 10, 10],
+    (1, 0, "act"): [9.5, 10, 10, 10, 10],
+    (2, 0, "act"): [0] * 10,
+}
+EVERY_ROW = [s for slot in BASELINE_SCORES.values() for s in slot]
+# mean over the 20 step rows: (49.5 + 49.5 + 0) / 20 = 4.95; unbiased std = sqrt(490.45 / 19) = 5.080666
+assert mean(EVERY_ROW) == pytest.approx(4.95) and unbiased_std(EVERY_ROW) == pytest.approx(5.080666, abs=1e-5)
+
+
+@pytest.fixture(scope="module")
+def baseline_batch(tmp_path_factory, model_dir, alfworld_kwargs):
+    rows = env_rows("alfworld", alfworld_kwargs, task_ids=[PICK])
+    return play(tmp_path_factory.mktemp("baselines"), model_dir, rows, "step_alfworld", n=3, script=BASELINE_SCRIPT)
+
+
+def baseline_rows(baseline_batch, config_name):
+    data = copy.deepcopy(baseline_batch[0])
+    advantage_step(data, recipe_config(config_name, ["env=alfworld"]))
+    return rows_of(data)
+
+
+def test_baseline_alfworld_episodes_rows_and_scores(baseline_batch):
+    data, policy = baseline_batch
+    c = Checks()
+    c.equal(dict(sorted((k, len(v)) for k, v in policy.prompts.items())),
+            {(0, "solve0"): 5, (1, "solve0"): 5, (2, "solve0"): 10}, "policy calls per trial")
+    rows = rows_of(data)
+    c.equal([r.step for r in rows], [*range(5), *range(5), *range(10)], "step index of each row")
+    c.rows(rows, BASELINE_SCORES, "score", "score (skl_score)")
+    # step_history 15: trial 2's last prompt (step 10) shows its 9 earlier steps, the task first.
+    c.in_order(policy.prompts[(2, "solve0")][-1], ["Task (as first observed):", "Your task is to: put a cellphone in bed",
+                                                   "Your last 9 of 9 steps", "1. look ->", "9. look ->",
+                                                   "Current observation (step 10)", "Admissible actions:"],
+               "step prompt at the turn cap")
+    # trial 1's first reply was unparseable: its second prompt shows that step as the env answered it.
+    c.in_order(policy.prompts[(1, "solve0")][1], [f"1. {BAD_TAIL} -> Nothing happens.", "Current observation (step 2)"],
+               "step prompt after an unparseable first reply")
+    # The trainer's env metrics count episodes, not step rows: 2 of 3 won (not 10 of 20 rows), 20 / 3 rows each.
+    metrics = advantage_step(copy.deepcopy(data), recipe_config("grpo", ["env=alfworld"]))
+    c.approx(metrics.get("env/success_rate"), 2 / 3, "metric env/success_rate")
+    c.approx(metrics.get("env/samples_per_episode"), 20 / 3, "metric env/samples_per_episode")
+    c.verify()
+
+
+def test_grpo_alfworld_golden_episode(baseline_batch):
+    rows = baseline_rows(baseline_batch, "grpo")
+    # GRPO as released: mean 4.95 and unbiased std 5.080666 over EVERY step row of the task group.
+    m, sd = 4.95, 5.080666
+    expected = {slot: [(s - m) / (sd + 1e-6) for s in scores] for slot, scores in BASELINE_SCORES.items()}
+    # e.g. trial 0 row 0: (10 - 4.95) / 5.080666 = 0.99395; trial 1 row 0: (9.5 - 4.95) / 5.080666 = 0.89555;
+    # trial 2: -4.95 / 5.080666 = -0.97428.
+    assert expected[(0, 0, "act")][0] == pytest.approx(0.99395, abs=1e-4)
+    c = Checks()
+    c.rows(rows, expected, "advantage")
+    c.verify()
+
+
+def test_grpo_counting_trials_alfworld_golden_episode(baseline_batch):
+    data = copy.deepcopy(baseline_batch[0])
+    advantage_step(data, recipe_config("grpo", ["env=alfworld", "++algorithm.skl_grpo.count=trials"]))
+    # count: trials: the statistics are over each trial's FIRST row: 10, 9.5, 0 -> mean 6.5,
+    # unbiased std sqrt((3.5^2 + 3^2 + 6.5^2) / 2) = sqrt(31.75) = 5.634714; every row still uses its own s.
+    first = [10, 9.5, 0]
+    assert mean(first) == 6.5 and unbiased_std(first) == pytest.approx(5.634714, abs=1e-6)
+    expected = {slot: [(s - 6.5) / (5.634714 + 1e-6) for s in scores] for slot, scores in BASELINE_SCORES.items()}
+    c = Checks()
+    c.rows(rows_of(data), expected, "advantage")
+    c.verify()
+
+
+def test_ppo_alfworld_golden_episode(baseline_batch):
+    """skl_gae (the PPO baseline) is verl's GAE over each step row with s on its last token. With a stand-in
+    critic that values every token 0 and PPO's gamma = lam = 1, every token of a row returns s, and verl
+    whitens the advantages over all response tokens of the batch."""
+    import torch
+
+    data = copy.deepcopy(baseline_batch[0])
+    data.batch["values"] = torch.zeros_like(data.batch["response_mask"], dtype=torch.float32)
+    advantage_step(data, recipe_config("ppo", ["env=alfworld"]))
+    mask = data.batch["response_mask"].float()
+    tokens = [int(n) for n in mask.sum(-1)]  # each row's reply tokens (the action and its end-of-sequence token)
+    scores = [s for slot in BASELINE_SCORES.values() for s in slot]
+    # masked_whiten: token-weighted mean and unbiased (Bessel over tokens) variance of the per-token advantage s.
+    total = sum(tokens)
+    mu = sum(n * s for n, s in zip(tokens, scores)) / total
+    var = sum(n * (s - mu) ** 2 for n, s in zip(tokens, scores)) / total * total / (total - 1)
+    whitened = [(s - mu) / (var + 1e-8) ** 0.5 for s in scores]
+    c = Checks()
+    returns = ((data.batch["returns"] * mask).sum(-1) / mask.sum(-1)).tolist()
+    c.approx(returns, scores, "returns (s on every token, values 0)")
+    c.approx(rows_and_advantages(data), whitened, "advantages (verl's whitened GAE)")
+    c.verify()
+
+
+def rows_and_advantages(data):
+    return [r.advantage for r in rows_of(data)]
+
+
+def test_rloo_alfworld_golden_episode(baseline_batch):
+    rows = baseline_rows(baseline_batch, "rloo")
+    # First-row scores: trial 0 10, trial 1 9.5 (its first reply was unparseable), trial 2 0.
+    # Baselines: trial 0 (9.5 + 0) / 2 = 4.75; trial 1 (10 + 0) / 2 = 5; trial 2 (10 + 9.5) / 2 = 9.75.
+    expected = {
+        (0, 0, "act"): [5.25, 4.75, 5.25, 5.25, 5.25],
+        (1, 0, "act"): [4.5, 5.0, 5.0, 5.0, 5.0],
+        (2, 0, "act"): [-9.75] * 10,
+    }
+    c = Checks()
+    c.rows(rows, expected, "advantage")
+    c.verify()
+
+
+def test_gigpo_alfworld_golden_episode(baseline_batch):
+    rows = baseline_rows(baseline_batch, "gigpo")
+    # Anchor states, by hand. The first valid command of a game changes its facts (ALFWorld marks the
+    # start as left), later "look"s do not, and an unparseable reply (an inadmissible command) changes
+    # nothing. So the state a row acts from is (walkthrough steps done, any valid command yet):
+    #   trial 0: desk (0,F)  BAD (1,T)  take (1,T)  bed (2,T)  move (3,T)
+    #   trial 1: BAD (0,F)   desk (0,F) take (1,T)  bed (2,T)  move (3,T)
+    #   trial 2: look (0,F)  look x 9 (0,T)
+    state = {
+        (0, 0, "act"): ["0F", "1T", "1T", "2T", "3T"],
+        (1, 0, "act"): ["0F", "0F", "1T", "2T", "3T"],
+        (2, 0, "act"): ["0F"] + ["0T"] * 9,
+    }
+    c = Checks()
+    keys = {}
+    for slot, rs in by_slot(rows).items():
+        for r, label in zip(rs, state.get(slot, [])):
+            keys.setdefault(label, set()).add(r.anchor)
+    c.true(all(len(v) == 1 for v in keys.values()) and len({min(v) for v in keys.values()}) == len(keys),
+           "anchor states as derived by hand", str({k: len(v) for k, v in keys.items()}))
+    # G = sum_{t' >= t} 0.95^(t' - t) r_t', r = 10 at the winning step (row 4 of trials 0 and 1):
+    g = [10 * 0.95**4, 10 * 0.95**3, 10 * 0.95**2, 10 * 0.95, 10.0]  # 8.1450625, 8.57375, 9.025, 9.5, 10
+    G = {(0, 0, "act"): g, (1, 0, "act"): g, (2, 0, "act"): [0.0] * 10}
+    # Step groups: "0F": trial 0 row 0 (8.1450625), trial 1 rows 0-1 (8.1450625, 8.57375), trial 2 row 0 (0):
+    # mean 24.863875 / 4 = 6.215969; "1T": trial 0 rows 1-2 (8.57375, 9.025), trial 1 row 2 (9.025): mean 8.874583;
+    # "0T": trial 2 rows 1-9, all 0; "2T", "3T": trials 0 and 1 with equal G: A^S = 0.
+    groups = {}
+    for slot in state:
+        for label, value in zip(state[slot], G[slot]):
+            groups.setdefault(label, []).append(value)
+    assert mean(groups["0F"]) == pytest.approx(6.215969, abs=1e-5) and mean(groups["1T"]) == pytest.approx(8.874583, abs=1e-5)
+    # A = (s - 4.95) + 1.0 * (G - mean of G over the row's step group); e.g. trial 1 row 1: (10 - 4.95) +
+    # (8.57375 - 6.215969) = 7.407781; trial 2 row 0: -4.95 - 6.215969 = -11.165969.
+    expected = {
+        slot: [(s - 4.95) + (G[slot][t] - mean(groups[state[slot][t]])) for t, s in enumerate(scores)]
+        for slot, scores in BASELINE_SCORES.items()
+    }
+    assert expected[(1, 0, "act")][1] == pytest.approx(7.407781, abs=1e-5)
+    assert expected[(2, 0, "act")][0] == pytest.approx(-11.165969, abs=1e-5)
+    c.rows(rows, expected, "advantage")
+    c.verify()
+
+
+# ==================================================================================== WebShop
+
+# Goals 500 and 503 of the stand-in (run_webshop.sh's train split, verl-agent's convention): "coffee table that
+# is solid wood", for its Travel (B000000CC1) and Deluxe (B000000CC2) editions; family "furniture".
+WEBSHOP_TASKS = ("webshop-500", "webshop-503")
+#   trial 0: solve0 = search, BAD, click CC1, buy      -> 4 rows, won (reward 1.0)
+#            curate0 = valid; solve1 = search, click CC2, buy -> 3 rows, won
+#   trial 1: solve0 = BAD, search shampoo, click AAA, buy -> 4 rows, lost (wrong category: reward 0.05)
+#            curate0 = malformed; solve1 = search x 12 -> 12 rows, lost at the turn cap
+WEBSHOP_SCRIPT = {
+    (0, "solve0"): [act("search[coffee table]"), BAD, act("click[b000000cc1]"), act("click[buy now]")],
+    (0, "curate0"): [GOOD_SKILL],
+    (0, "solve1"): [act("search[coffee table]"), act("click[b000000cc2]"), act("click[buy now]")],
+    (1, "solve0"): [BAD, act("search[shampoo]"), act("click[b000000aaa]"), act("click[buy now]")],
+    (1, "curate0"): [BAD_SKILL],
+    (1, "solve1"): [act("search[coffee table]")],
+}
+
+
+@pytest.fixture(scope="module")
+def webshop_url():
+    from webshop_standin import MiniWebShopStandIn
+
+    server = MiniWebShopStandIn()
+    yield server.url
+    server.close()
+
+
+def test_skillrise_webshop_golden_episode(tmp_path, model_dir, webshop_url):
+    # run_webshop.sh's env kwargs (verl-agent's train split, the released turn cap of 12 steps).
+    kwargs = {"server_url": webshop_url, "split": "train", "split_convention": "verl_agent", "max_steps": 12}
+    rows = sequence_rows("webshop", kwargs, [TaskSequence("furniture-golden", "furniture", WEBSHOP_TASKS, (1.0, 1.0))])
+    data, policy = play(tmp_path, model_dir, rows, "skillrise_webshop", n=2, script=WEBSHOP_SCRIPT)
+    c = Checks()
+    prompts = policy.prompts
+    goal = "i need coffee table that is solid wood"
+    if c.true(len(prompts[(0, "solve0")]) >= 3, "trial 0 played task 1 for 3 turns"):
+        step3 = prompts[(0, "solve0")][2]
+        c.in_order(step3, ["Skill document:", EMPTY_DOCUMENT, "Task", goal, "Your last 2 of 2 steps",
+                           "1. search[coffee table] ->", f"2. {BAD_TAIL} -> Invalid action",
+                           "Current observation (step 3)", "Admissible actions:"], "solve prompt after an unparseable reply")
+        c.equal(step3.count("Admissible actions:"), 1, "admissible-action lists in a step prompt")
+    if c.true(len(prompts[(0, "solve1")]) >= 2, "trial 0 played task 2 for 2 turns"):
+        c.in_order(prompts[(0, "solve1")][1], ["Skill document:", SKILL_TEXT, "Task", goal, "Your last 1 of 1 steps",
+                                               "1. search[coffee table] ->", "Current observation (step 2)",
+                                               "Admissible actions:"], "solve prompt of task 2 (curated document)")
+    # step_history 5: at the 12th (capped) turn only steps 7-11 are shown.
+    last = prompts[(1, "solve1")][-1]
+    c.in_order(last, ["Your last 5 of 11 steps", "7. search[coffee table] ->", "11. search[coffee table] ->",
+                      "Current observation (step 12)"], "solve prompt at the turn cap")
+    c.true("6. search[coffee table] ->" not in last, "steps older than step_history are not shown")
+    c.in_order(prompts[(0, "curate0")][0], ["Current skill document:", EMPTY_DOCUMENT, "Most recent task:", goal,
+                                            "Outcome: success", "Last 4 of 4 steps", "1. search[coffee table] ->",
+                                            f"2. {BAD_TAIL} -> Invalid action", "4. click[buy now] ->",
+                                            "Write the revised skill document inside <skill>"], "curation prompt (won)")
+    c.in_order(prompts[(1, "curate0")][0], ["Outcome: failure", "Last 4 of 4 steps", f"1. {BAD_TAIL} ->"],
+               "curation prompt (lost)")
+    c.true(EMPTY_DOCUMENT in prompts[(1, "solve1")][0], "a malformed curation keeps the previous (empty) document")
+    counts = {(0, "solve0"): 4, (0, "curate0"): 1, (0, "solve1"): 3, (1, "solve0"): 4, (1, "curate0"): 1, (1, "solve1"): 12}
+    check_skillrise_batch(c, data, policy, "skillrise_webshop", counts)
+    c.verify()
+
+
+def test_skillrise_webshop_evaluation_counts_tasks(tmp_path, model_dir, webshop_url, monkeypatch):
+    """evaluate.py's Pass@k and test-time scaling on the stand-in's first 6 goals (shampoo, headphones and
+    coffee table, two editions each; families of 2), played by ShopperPolicy with skillrise_webshop: the 2
+    coffee-table goals are won in 3 steps, the other 4 lost after 12 (the turn cap)."""
+    import json
+
+    rows = {}
+    real_rollouts = evaluate.run_rollouts
+
+    def rollouts(args, env_kwargs, sequences, tokenizer, client, workdir, name):
+        rows[name] = real_rollouts(args, env_kwargs, sequences, tokenizer, client, workdir, name)
+        return rows[name]
+
+    monkeypatch.setattr(evaluate, "run_rollouts", rollouts)
+    monkeypatch.setattr(evaluate, "generation_client", lambda tokenizer, *a, **k: ShopperPolicy(tokenizer))
+    kwargs = {"server_url": webshop_url, "split": "all", "max_goals": 6, "max_steps": 12}
+    out = tmp_path / "results.json"
+    evaluate.main(["--env", "webshop", "--env-kwargs", json.dumps(kwargs), "--model", model_dir, "--max-tasks", "6",
+                   "--attempts", "2", "--scaling-k", "1,2", "--max-prompt-length", "32768", "--out", str(out)])
+    results = json.loads(out.read_text())
+    c = Checks()
+    # Pass@k: 2 of 6 tasks solved on the first try, none on the second -> 1/3, 1/3 over 6 tasks played.
+    c.approx(results["pass_at_k"], {"1": 1 / 3, "2": 1 / 3}, "Pass@1, Pass@2")
+    c.equal(results["pass_at_k_tasks_played"], 6, "Pass@k tasks played")
+    # Scaling: every K plays the same 6 tasks once: 2 won -> 1/3. The rows would say 6 won of 6 + 4 * 12 = 54.
+    for k in ("1", "2"):
+        c.approx(results["scaling"][k], {"success_rate": 1 / 3, "tasks_played": 6}, f"scaling K={k}")
+    scaled = rows.get("scaling_k1", [])
+    c.equal((len(scaled), sum(r["won"] for r in scaled)), (54, 6), "solve rows of scaling K=1 (rows, won rows)")
+    # Pass@k rows: the 2 coffee goals stop after their first (won, 3-row) attempt; the other 4 play 2 x 12.
+    c.equal(len(rows.get("pass_at_k", [])), 2 * 3 + 4 * 2 * 12, "solve rows of Pass@k")
+    c.verify()
+
+
+# ==================================================================================== ScienceWorld
+
+# find-living-thing, variations 0 and 1 of the train split; the package's gold action sequences.
+SCIWORLD_TASKS = ("sciworld-find-living-thing-v0", "sciworld-find-living-thing-v1")
+GOLD_V0 = ["open door to kitchen", "go to kitchen", "open door to outside", "go to outside", "look around",
+           "focus on blue jay", "pick up blue jay", "open door to kitchen", "go to kitchen",
+           "move egg blue jay egg in inventory to red box"]
+GOLD_V1 = ["open door to hallway", "go to hallway", "open door to greenhouse", "go to greenhouse", "open door to outside",
+           "go to outside", "look around", "focus on blue jay", "pick up blue jay", "open door to kitchen",
+           "go to kitchen", "move egg blue jay egg in inventory to green box"]
+#   trial 0: solve0 = open, BAD, the other 9 gold steps -> 11 rows, won; curate0 valid; solve1 = 12 gold steps, won
+#   trial 1: solve0 = BAD, "focus on air" (not a living thing: the task fails, score -100) -> 2 rows, lost
+#            curate0 malformed; solve1 = "look around" x 30 -> 30 rows, lost at the turn cap
+SCIWORLD_SCRIPT = {
+    (0, "solve0"): [act(GOLD_V0[0]), BAD, *map(act, GOLD_V0[1:])],
+    (0, "curate0"): [GOOD_SKILL],
+    (0, "solve1"): [act(a) for a in GOLD_V1],
+    (1, "solve0"): [BAD, act("focus on air")],
+    (1, "curate0"): [BAD_SKILL],
+    (1, "solve1"): [act("look around")],
+}
+
+
+@pytest.mark.skipif(importlib.util.find_spec("scienceworld") is None or shutil.which("java") is None,
+                    reason="scienceworld package or java missing")
+def test_skillrise_sciworld_golden_episode(tmp_path, model_dir):
+    # run_sciworld.sh's env kwargs (turn cap 30, action templates), two variations of one task.
+    kwargs = {"task_names": ["find-living-thing"], "split": "train", "max_variations_per_task": 2, "max_steps": 30,
+              "action_format": "templates", "gold_cache_dir": str(tmp_path / "gold")}
+    sequence = TaskSequence("find-living-thing-golden", "find-living-thing", SCIWORLD_TASKS, (10.0, 12.0))
+    data, policy = play(tmp_path, model_dir, sequence_rows("sciworld", kwargs, [sequence]), "skillrise_sciworld", n=2,
+                        script=SCIWORLD_SCRIPT)
+    c = Checks()
+    prompts = policy.prompts
+    task = "Your task is to find a(n) living thing"
+    if c.true(len(prompts[(0, "solve0")]) >= 5, "trial 0 played task 1 for 5 turns"):
+        c.in_order(prompts[(0, "solve0")][2], ["Skill document:", EMPTY_DOCUMENT, "Task", task, "Your last 2 of 2 steps",
+                                               "1. open door to kitchen ->",
+                                               f"2. {BAD_TAIL} -> No known action matches that input.",
+                                               "Current observation (step 3)", "Action templates"],
+                   "solve prompt after an unparseable reply")
+        # step_history 2: step 5 shows steps 3 and 4 only.
+        step5 = prompts[(0, "solve0")][4]
+        c.in_order(step5, ["Skill document:", task, "Your last 2 of 4 steps", "3. go to kitchen ->", "4. open door to outside ->",
+                           "Current observation (step 5)", "Action templates"], "solve prompt, step 5")
+        c.true("1. open door to kitchen ->" not in step5 and f"2. {BAD_TAIL}" not in step5,
+               "steps older than step_history are not shown")
+    if c.true(len(prompts[(0, "solve1")]) >= 1, "trial 0 played task 2"):
+        c.in_order(prompts[(0, "solve1")][0], ["Skill document:", SKILL_TEXT, "Task", task, "Action templates"],
+                   "first solve prompt of task 2 (curated document)")
+    last = prompts[(1, "solve1")][-1]
+    c.in_order(last, ["Your last 2 of 29 steps", "28. look around ->", "29. look around ->",
+                      "Current observation (step 30)", "Action templates"], "solve prompt at the turn cap")
+    c.true("27. look around ->" not in last, "steps older than step_history are not shown at the cap")
+    # history_window 30: the curator sees the whole attempt.
+    c.in_order(prompts[(0, "curate0")][0], ["Current skill document:", EMPTY_DOCUMENT, "Most recent task:", task,
+                                            "Outcome: success", "Last 11 of 11 steps", "1. open door to kitchen ->",
+                                            f"2. {BAD_TAIL} -> No known action matches that input.",
+                                            "11. move egg blue jay egg in inventory to red box ->",
+                                            "Write the revised skill document inside <skill>"],
+               "curation prompt (won)")
+    c.in_order(prompts[(1, "curate0")][0], ["Outcome: failure", "Last 2 of 2 steps", "2. focus on air ->"],
+               "curation prompt (lost)")
+    counts = {(0, "solve0"): 11, (0, "curate0"): 1, (0, "solve1"): 12, (1, "solve0"): 2, (1, "curate0"): 1, (1, "solve1"): 30}
+    check_skillrise_batch(c, data, policy, "skillrise_sciworld", counts)
+    c.verify()
+
+
+# ================================================================== recipe settings the episodes assume
+
+
+@pytest.mark.parametrize("env,cap", [("alfworld", 10), ("webshop", 12), ("sciworld", 30)])
+def test_turn_caps_count_policy_turns(env, cap):
+    """The loops' own max_turns is the released turn cap (policy turns, unparseable ones included)."""
+    from skl_verl.trainer.registry import agent_loop_entries
+
+    entries = agent_loop_entries()
+    caps = {name: entries[name]["max_turns"] for name in (f"skillrise_{env}", f"step_{env}")}
+    assert caps == {f"skillrise_{env}": cap, f"step_{env}": cap}
+
+
+class _RecordingWorkers:
+    """Stands in for the actor/critic worker group: records the mini-batch verl's update step asks for."""
+
+    def __init__(self):
+        self.sent = []
+
+    def update_actor(self, batch):
+        self.sent.append(("actor", batch.extra_info["mini_batch_size"]))
+        return {"metrics": {"mfu": 0.0}}
+
+    def train_mini_batch(self, batch):  # the critic's entry point in verl 0.9.1, answering a future
+        import types
+
+        self.sent.append(("critic", batch.extra_info["mini_batch_size"]))
+        return types.SimpleNamespace(get=lambda: {"metrics": {"mfu": 0.0}})
+
+
+@pytest.mark.parametrize("name", ["skillrise_alfworld", "grpo", "gigpo", "rloo", "ppo"])
+def test_mini_batches_hold_128_step_samples(name):
+    """The recipe config as composed for a run, through the ``skl_sync`` trainer's own update step (verl's
+    ``_update_actor``/``_update_critic``, which size a mini-batch as ppo_mini_batch_size x rollout.n rows):
+    every mini-batch is the released 128 step samples."""
+    import types
+
+    from verl.trainer.ppo.v1 import get_trainer_cls
+
+    from skl_verl.trainer.registry import estimator_options
+    from skl_verl.trainer.sync_trainer import register_sync_trainer
+
+    register_sync_trainer()
+    config = recipe_config(name, [] if name.startswith("skillrise") else ["env=alfworld"])
+    trainer = object.__new__(get_trainer_cls("skl_sync"))
+    trainer.config = config
+    trainer.actor_rollout_wg = trainer.critic_wg = workers = _RecordingWorkers()
+    trainer._update_actor(types.SimpleNamespace(extra_info={}), {})
+    if name == "ppo":
+        trainer._update_critic(types.SimpleNamespace(extra_info={}), {})
+    c = Checks()
+    c.equal(workers.sent, [("actor", 128)] + ([("critic", 128)] if name == "ppo" else []),
+            f"{name}: rows per mini-batch (ppo_mini_batch_size {config.actor_rollout_ref.actor.ppo_mini_batch_size}"
+            f" x rollout.n {config.actor_rollout_ref.rollout.n} before the trainer's own sizing)")
+    if name == "gigpo":
+        c.equal(estimator_options(config.algorithm, "gigpo").norm, "mean", "gigpo norm (LaMer's Qwen3-4B GiGPO script)")
+    if name.startswith("skillrise"):
+        c.equal(estimator_options(config.algorithm, "skillrise").norm, "mean", "skillrise norm")
+    c.verify()
