@@ -130,21 +130,33 @@ class Row:
 
 
 def rows_of(data) -> list[Row]:
-    """The batch's rows in batch order; advantage = the row's (token-constant) advantage."""
+    """The batch's rows in batch order; advantage = the row's (token-constant) advantage; score = what the
+    row is credited before normalisation: its trial's reward (``skl_score``) minus its own format penalty
+    (``skl_step_penalty``), for a curation its Eq. 6 return (the estimator's ``returns``, which hold its own
+    curate penalty)."""
     from skl_verl.rollout import sample_fields as sf
 
     fields, mask = data.non_tensor_batch, data.batch["response_mask"]
-    adv = (data.batch["advantages"] * mask).sum(-1) / mask.sum(-1) if "advantages" in data.batch.keys() else None
+    keys = data.batch.keys()
+    adv = (data.batch["advantages"] * mask).sum(-1) / mask.sum(-1) if "advantages" in keys else None
+    returns = (data.batch["returns"] * mask).sum(-1) / mask.sum(-1) if "returns" in keys else None
+    penalties = fields.get(sf.STEP_PENALTY, [0.0] * len(data))
     out = []
     for i in range(len(data)):
+        phase = str(fields[sf.PHASE][i])
+        if phase == "curate":
+            assert returns is not None, "a curation's score is its return: run the advantage step first"
+            score = float(returns[i])
+        else:
+            score = float(fields[sf.SCORE][i]) - float(penalties[i] or 0.0)
         step = fields.get(sf.STEP_INDEX, [None] * len(data))[i]
         out.append(Row(
             index=i,
             session=int(str(fields[sf.TRAJECTORY_ID][i]).rsplit("_", 1)[1]),
             position=int(fields[sf.POSITION][i]),
-            phase=str(fields[sf.PHASE][i]),
+            phase=phase,
             step=None if step is None else int(step),
-            score=float(fields[sf.SCORE][i]),
+            score=score,
             advantage=float("nan") if adv is None else float(adv[i]),
             anchor=fields.get(sf.ANCHOR_STATE, [None] * len(data))[i],
             won=fields[sf.WON][i] if sf.WON in fields else None,
@@ -239,3 +251,12 @@ def _rounded(value):
     if isinstance(value, dict):
         return {k: _rounded(v) for k, v in value.items()}
     return value
+
+
+# ALFWorld games the golden episodes replay (made offline by tests/alfworld_games.py).
+PICK = "pick_and_place_simple-CellPhone-None-Bed-301/trial_T20190000_000000_000001"
+PICK_CLOSED = "pick_and_place_simple-KeyChain-None-Safe-301/trial_T20190000_000000_000002"
+# The generator's expert plans (ALFWorld's walkthroughs) of the two Pick games.
+WALK_PICK = ["go to desk 1", "take cellphone 1 from desk 1", "go to bed 1", "move cellphone 1 to bed 1"]
+WALK_CLOSED = ["go to drawer 2", "open drawer 2", "take keychain 1 from drawer 2", "go to safe 1", "open safe 1",
+               "move keychain 1 to safe 1"]
