@@ -9,6 +9,7 @@ Invalid actions are reported as an observation with ``info["invalid_action"] = T
 from __future__ import annotations
 
 import abc
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -131,6 +132,11 @@ class TextEnv(abc.ABC):
     @abc.abstractmethod
     def admissible_actions(self) -> list[str]:
         """Actions that are valid in the current state, in a stable order."""
+
+    def measure_difficulty(self, task_ids: Sequence[str] | None = None, processes: int | None = None) -> None:
+        """Make the ``difficulty`` of ``task_ids`` (default: every task) known. Most envs know it when they
+        are built; one whose measure is costly (ScienceWorld's gold paths) leaves it NaN until a dataset
+        build that orders tasks by difficulty asks for it here."""
 
     def action_prompt(self) -> str | None:
         """A compact rendering of the admissible actions for prompts (e.g. verb templates plus the

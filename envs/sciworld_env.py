@@ -29,10 +29,12 @@ variations, in that set's fixed shuffled order (``max_variations_per_task`` keep
   here. Caveats: the gold path is not guaranteed optimal, and the generator may pick a different
   but equivalent route on each call (the world itself is deterministic per variation); the
   length is measured once and cached. Generating a gold path takes 0.1-7 s per variation, so the
-  constructor measures every selected variation once and stores the lengths in a JSON cache
-  (``gold_cache_dir``; default ``$SKL_VERL_CACHE_DIR/sciworld`` or ``~/.cache/skl_verl/sciworld``;
-  ``None`` disables it). The full train split (about 3,600 variations) takes on the order of an
-  hour the first time; later constructions read the cache. Gold lengths run from 4 (lifespan
+  constructor only reads the lengths from a JSON cache (``gold_cache_dir``; default
+  ``$SKL_VERL_CACHE_DIR/sciworld`` or ``~/.cache/skl_verl/sciworld``; ``None`` disables it) and leaves
+  the difficulty NaN where it is missing; a dataset build that orders tasks by difficulty calls
+  ``measure_difficulty`` for the tasks it needs (parallel processes, progress and a time estimate on
+  stderr; ``envs/sciworld_gold.py``). Env workers never measure. The full train split (about 3,600
+  variations) takes about an hour of JVM time the first time, divided by the processes. Gold lengths run from 4 (lifespan
   tasks) to about 190 (inclined-plane friction); with the default ``max_steps=30`` many variations
   of the long tasks (boil, melt, grow-fruit, mendelian genetics, ...) cannot be finished, so raise
   ``max_steps`` or filter tasks by difficulty for those.
@@ -96,11 +98,9 @@ naming the call, task, variation and action; a missing package or Java raises
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
 import re
-import tempfile
 from itertools import groupby
 from collections.abc import Sequence
 from pathlib import Path
@@ -116,6 +116,7 @@ from envs.base import (
     TextEnv,
 )
 
+from envs import sciworld_gold
 from envs.sciworld_l0 import L0_SPLITS, L0_TASK_ORDER, l0_index
 
 logger = logging.getLogger(__name__)
@@ -130,12 +131,6 @@ _AMBIGUOUS_CHOICE = re.compile(r"^\s*(\d+):\s*(.+?)\s*$")
 
 class SciWorldJVMError(EnvError, RuntimeError):
     """A call into the ScienceWorld JVM failed (py4j error or the JVM died)."""
-
-
-def default_gold_cache_dir() -> Path:
-    base = os.environ.get("SKL_VERL_CACHE_DIR")
-    root = Path(base) if base else Path.home() / ".cache" / "skl_verl"
-    return root / "sciworld"
 
 
 def _import_scienceworld():
@@ -233,8 +228,11 @@ class SciWorldEnv(TextEnv):
         self.family_by = family_by
         self.max_admissible = None if max_admissible is None else int(max_admissible)
         if gold_cache_dir == "default":
-            gold_cache_dir = default_gold_cache_dir()
+            gold_cache_dir = sciworld_gold.default_cache_dir()
         self.gold_cache_dir = None if gold_cache_dir is None else Path(gold_cache_dir)
+        # what a measuring worker process needs to build the same env (sciworld_gold.measure)
+        self._construction = {"task_names": task_names, "split": split, "task_set": task_set,
+                              "simplification": simplification, "max_steps": max_steps, "jar_path": jar_path}
 
         package, sw_class, task_table, infer_task = _import_scienceworld()
         self.package_version = getattr(package, "__version__", "unknown")
@@ -321,34 +319,53 @@ class SciWorldEnv(TextEnv):
                 variations = sorted(int(v) for v in self._jvm(f"get_variations_{self.split}"))
                 plan.extend((name, v) for v in variations[:max_variations])
 
-        gold = self._gold_lengths(plan)
-        specs = []
-        for name, variation in plan:
-            row = info_by_name.get(name, {})
-            length = gold[(name, variation)]
-            specs.append(
-                TaskSpec(
-                    task_id=f"sciworld-{name}-v{variation}",
-                    family=name if self.family_by == "task" else str(row.get("topic", name)),
-                    difficulty=float(length),
-                    metadata={
-                        "task_name": name,
-                        "task_num": row.get("task_id"),
-                        "topic": row.get("topic"),
-                        "task_title": row.get("task"),
-                        "variation": variation,
-                        "instance": {"task": name, "variation": variation},
-                        "split": self.split,
-                        "task_set": self.task_set,
-                        "package_split": L0_SPLITS[self.split] if self.task_set == "l0" else self.split,
-                        "simplification": self.simplification,
-                        "gold_length": length,
-                        "max_steps": self.max_steps,
-                    },
-                )
-            )
+        gold = sciworld_gold.read_cache(self._gold_cache_path())
+        self._task_rows = {name: info_by_name.get(name, {}) for name, _ in plan}
+        specs = [self._spec(name, variation, gold.get((name, variation))) for name, variation in plan]
         self.set_tasks(specs)
         self._task_name = self._variation = None
+
+    def _spec(self, name: str, variation: int, gold_length: int | None) -> TaskSpec:
+        """A task's spec; its difficulty is the gold length, NaN until measured (``measure_difficulty``)."""
+        row = self._task_rows[name]
+        return TaskSpec(
+            task_id=f"sciworld-{name}-v{variation}",
+            family=name if self.family_by == "task" else str(row.get("topic", name)),
+            difficulty=float("nan") if gold_length is None else float(gold_length),
+            metadata={
+                "task_name": name,
+                "task_num": row.get("task_id"),
+                "topic": row.get("topic"),
+                "task_title": row.get("task"),
+                "variation": variation,
+                "instance": {"task": name, "variation": variation},
+                "split": self.split,
+                "task_set": self.task_set,
+                "package_split": L0_SPLITS[self.split] if self.task_set == "l0" else self.split,
+                "simplification": self.simplification,
+                "gold_length": gold_length,
+                "max_steps": self.max_steps,
+            },
+        )
+
+    def measure_difficulty(self, task_ids: Sequence[str] | None = None, processes: int | None = None) -> None:
+        """Measure the gold length (the difficulty) of ``task_ids`` (default: every task) where the cache
+        lacks it, in ``processes`` worker processes (default: the machine's cores, at most 8), with progress
+        on stderr; then cache it and update the specs. Ends any episode in progress."""
+        wanted = self.tasks() if task_ids is None else [self.task(t) for t in task_ids]
+        missing = sorted({(s.metadata["task_name"], s.metadata["variation"]) for s in wanted if s.metadata["gold_length"] is None})
+        if not missing:
+            return
+        if processes is None:
+            processes = min(os.cpu_count() or 1, 8, max(1, len(missing) // 10))
+        lengths = sciworld_gold.measure(missing, lambda name, variation: len(self.gold_action_sequence_for(name, variation)),
+                                        self._construction, processes, self._gold_cache_path())
+        self.set_tasks([self._spec(s.metadata["task_name"], s.metadata["variation"],
+                                   lengths.get((s.metadata["task_name"], s.metadata["variation"]), s.metadata["gold_length"]))
+                        for s in self.tasks()])
+
+    def _gold_cache_path(self) -> Path | None:
+        return sciworld_gold.cache_path(self.gold_cache_dir, self.package_version, self.simplification)
 
     def _l0_plan(self, known: list[str], selected: list[str], max_variations: int | None) -> list[tuple[str, int]]:
         """The L0 set's (task, variation) pairs of ``self.split`` for the ``selected`` tasks, in L0 order.
@@ -364,52 +381,6 @@ class SciWorldEnv(TextEnv):
         pairs = [(known[t], v) for t, v in l0_index(variations)[self.split] if known[t] in selected]
         # each task's variations are contiguous in L0: cap each run, keeping L0's order
         return [pair for _, run in groupby(pairs, key=lambda pair: pair[0]) for pair in list(run)[:max_variations]]
-
-    def _cache_path(self) -> Path | None:
-        if self.gold_cache_dir is None:
-            return None
-        simp = re.sub(r"[^A-Za-z0-9_.-]+", "_", self.simplification) or "none"
-        return self.gold_cache_dir / f"gold_lengths-scienceworld{self.package_version}-{simp}.json"
-
-    def _read_cache(self, path: Path | None) -> dict[str, dict[str, int]]:
-        if path is None or not path.exists():
-            return {}
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError) as exc:
-            logger.warning("sciworld: ignoring unreadable gold-length cache %s (%s)", path, exc)
-            return {}
-        return data if isinstance(data, dict) else {}
-
-    def _gold_lengths(self, plan: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
-        path = self._cache_path()
-        cache = self._read_cache(path)
-        out: dict[tuple[str, int], int] = {}
-        missing = []
-        for name, variation in plan:
-            value = cache.get(name, {}).get(str(variation))
-            if isinstance(value, int) and value > 0:
-                out[(name, variation)] = value
-            else:
-                missing.append((name, variation))
-        if missing:
-            logger.info("sciworld: measuring gold action sequences of %d variations (cached in %s)", len(missing), path)
-        for name, variation in missing:
-            sequence = self.gold_action_sequence_for(name, variation)
-            out[(name, variation)] = len(sequence)
-            cache.setdefault(name, {})[str(variation)] = len(sequence)
-        if missing and path is not None:
-            merged = self._read_cache(path)  # another process may have added entries meanwhile
-            for name, rows in cache.items():
-                merged.setdefault(name, {}).update(rows)
-            try:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as fh:
-                    json.dump(merged, fh, sort_keys=True)
-                os.replace(fh.name, path)
-            except OSError as exc:
-                logger.warning("sciworld: could not write gold-length cache %s (%s)", path, exc)
-        return out
 
     def gold_action_sequence_for(self, task_name: str, variation: int) -> list[str]:
         """The package's gold action sequence for a task variation under this env's simplification.

@@ -58,12 +58,14 @@ def main(argv: list[str] | None = None) -> str:
     if args.retry and args.attempts:
         parser.error("--retry (evaluation, stops at the first success) and --attempts (training) exclude each other")
     env_kwargs = json.loads(args.env_kwargs)
+    repeats = args.retry or args.attempts
     env = make_env(args.env, **env_kwargs)
     try:
+        if not repeats:  # sequences run easy -> hard: their builder needs every task's difficulty
+            env.measure_difficulty()
         tasks = env.tasks()
     finally:
         env.close()
-    repeats = args.retry or args.attempts
     sequences = retry_sequences(tasks, repeats) if repeats else build_sequences(tasks, args.k, seed=args.seed)
     sequences = sequences[: args.max_sequences]
     if not sequences:

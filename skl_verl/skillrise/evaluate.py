@@ -306,6 +306,10 @@ def _evaluate(args, results: dict[str, Any]) -> dict[str, Any]:
             tasks = released_draw(args.env, env.tasks(), args.max_tasks, seed=args.seed)
         else:
             tasks = sample_tasks(env.tasks(), args.max_tasks, seed=args.seed)
+        if args.scaling_k:  # scaling's sequences run easy -> hard: only the drawn tasks' difficulty is needed
+            drawn = sorted({t.task_id for t in tasks})
+            env.measure_difficulty(drawn)
+            tasks = [env.task(t.task_id) for t in tasks]
     finally:
         env.close()
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer or args.model)

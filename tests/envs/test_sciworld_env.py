@@ -7,6 +7,7 @@ started for the module (``env`` fixture) plus one for the lifecycle test.
 from __future__ import annotations
 
 import json
+import math
 import shutil
 
 import pytest
@@ -41,9 +42,16 @@ def _tid(task: str, variation: int) -> str:
     return f"sciworld-{task}-v{variation}"
 
 
-def test_tasks_come_from_the_package_splits(env, cache_dir):
+def test_tasks_come_from_the_package_splits(env, cache_dir, capsys):
     specs = env.tasks()
     assert [s.task_id for s in specs] == [_tid(t, v) for t in TASKS for v in (0, 1)]
+    # building the env measured nothing: a difficulty is known once a dataset build asks for it
+    assert all(math.isnan(s.difficulty) and s.metadata["gold_length"] is None for s in specs)
+    env.measure_difficulty([_tid(TASKS[0], 0)], processes=1)
+    assert not math.isnan(env.task(_tid(TASKS[0], 0)).difficulty) and math.isnan(env.task(_tid(TASKS[1], 0)).difficulty)
+    env.measure_difficulty(processes=1)
+    assert "sciworld: 3/3 measured" in capsys.readouterr().err  # progress and time left, only what was missing
+    specs = env.tasks()
     for spec in specs:
         meta = spec.metadata
         assert spec.family == meta["task_name"] in TASKS
@@ -55,6 +63,23 @@ def test_tasks_come_from_the_package_splits(env, cache_dir):
     cached = json.loads(cache_file.read_text())
     for spec in specs:
         assert cached[spec.metadata["task_name"]][str(spec.metadata["variation"])] == spec.metadata["gold_length"]
+    # a new env (an env worker) reads the lengths from the cache without measuring
+    again = SciWorldEnv(task_names=list(TASKS), split="train", max_variations_per_task=2, gold_cache_dir=cache_dir)
+    try:
+        assert [t.difficulty for t in again.tasks()] == [t.difficulty for t in specs]
+    finally:
+        again.close()
+
+
+def test_measuring_in_worker_processes_gives_the_same_lengths(env, tmp_path, capsys):
+    env.measure_difficulty(processes=1)  # in this process (a no-op where the cache has them)
+    fresh = SciWorldEnv(task_names=[TASKS[0]], split="train", max_variations_per_task=2, gold_cache_dir=tmp_path)
+    try:
+        fresh.measure_difficulty(processes=2)  # two spawned processes, each its own JVM
+        assert [t.difficulty for t in fresh.tasks()] == [env.task(t.task_id).difficulty for t in fresh.tasks()]
+    finally:
+        fresh.close()
+    assert "in 2 process(es)" in capsys.readouterr().err
 
 
 def test_unknown_task_and_not_reset(env):
