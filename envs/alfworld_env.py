@@ -133,6 +133,10 @@ FAMILIES: dict[str, str] = {
     "pick_cool_then_place_in_recep": "Cool",
     "pick_two_obj_and_place": "Pick2",
 }
+STALE_GAME = "no_solvable_flag"
+"""Why a game is skipped when its game.tw-pddl predates the ``solvable`` flag (a stale download)."""
+
+
 DIFFICULTY_SOURCES: tuple[str, ...] = ("walkthrough", "high_pddl", "low_actions")
 STATE_KEY_MODES: tuple[str, ...] = ("facts", "observation")
 NOTHING_HAPPENS = "Nothing happens."  # PddlEnv's answer to a command that is not admissible
@@ -246,7 +250,9 @@ def _read_game(split_dir: Path, folder: Path) -> tuple[_Game | None, str]:
     task_type = traj.get("task_type")
     if task_type not in FAMILIES:
         return None, "other_task_type"
-    if game.get("solvable") is not True:  # AlfredTWEnv skips a missing flag too
+    if "solvable" not in game:  # AlfredTWEnv skips these too; they come from an older download
+        return None, STALE_GAME
+    if game.get("solvable") is not True:
         return None, "not_solvable"
     match = _GOAL_RE.search(game.get("grammar", ""))
     plan = traj.get("plan") or {}
@@ -360,8 +366,14 @@ class AlfWorldEnv(TextEnv):
         if not games:
             raise DependencyMissingError(
                 f"no playable ALFWorld games under {str(self.split_dir)!r} (skipped: {self.skipped or 'none found'}); "
-                "run `alfworld-download` (and `alfworld-generate` if game.tw-pddl files are missing)"
+                "run `alfworld-download -f` (-f replaces files an older download left: without it they stay) "
+                "and `alfworld-generate` if game.tw-pddl files are missing"
             )
+        if self.skipped.get(STALE_GAME):
+            logger.warning(
+                "alfworld: %d games under %s have no 'solvable' flag (an older download) and are skipped; "
+                "`alfworld-download -f` replaces them (alfworld issue #98: 132 instead of 134 valid_unseen games)",
+                self.skipped[STALE_GAME], self.split_dir)
         if wanted is not None:
             games = tuple(g for g in games if g.task_type in wanted)
         if max_tasks is not None:

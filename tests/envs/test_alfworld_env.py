@@ -272,6 +272,31 @@ def test_engine_errors_are_typed(data_dir, tmp_path):
         env.step("look")
 
 
+def test_games_from_an_older_download_are_skipped_with_the_dash_f_hint(data_dir, tmp_path, caplog):
+    """alfworld issue #98: ``alfworld-download`` without ``-f`` keeps files that predate the ``solvable`` flag."""
+    root = tmp_path / "stale"
+    shutil.copytree(data_dir, root)
+    stale = root / "json_2.1.1" / "train" / PICK / "game.tw-pddl"
+    game = json.loads(stale.read_text())
+    del game["solvable"]
+    stale.write_text(json.dumps(game))
+    with caplog.at_level("WARNING"):
+        env = AlfWorldEnv(data_dir=root, split="train")
+    try:
+        assert env.skipped == {"no_solvable_flag": 1} and PICK not in {t.task_id for t in env.tasks()}
+        assert "alfworld-download -f" in caplog.text and "1 games" in caplog.text
+    finally:
+        env.close()
+    all_stale = tmp_path / "all_stale"  # every game stale: the error says -f too (a new folder: indexes are cached)
+    shutil.copytree(data_dir, all_stale)
+    for file in (all_stale / "json_2.1.1" / "train").rglob("game.tw-pddl"):
+        game = json.loads(file.read_text())
+        game.pop("solvable", None)
+        file.write_text(json.dumps(game))
+    with pytest.raises(DependencyMissingError, match="alfworld-download -f"):
+        AlfWorldEnv(data_dir=all_stale, split="train")
+
+
 def test_instances_in_threads(data_dir):
     """The agent loop steps envs from a thread pool; TextWorld's parsers are module-global."""
     from concurrent.futures import ThreadPoolExecutor
