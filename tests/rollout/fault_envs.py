@@ -21,7 +21,8 @@ class FaultyFrozenLake(FrozenLakeEnv):
 
     raise (RuntimeError), hang (sleeps ``hang_s``), bad_result (NaN reward for ``step``, ``None``
     otherwise), system_exit (``SystemExit``), process_exit (``os._exit``: the process dies),
-    slow_then_move (``step`` only: sleeps ``hang_s``, then moves the player like a real step).
+    slow_then_move (``step`` only: sleeps ``hang_s``, then moves the player like a real step; ``info["slept"]``
+    is the (start, end) of the sleep).
     """
 
     name = "faulty_frozenlake"
@@ -62,8 +63,11 @@ class FaultyFrozenLake(FrozenLakeEnv):
         if self.fault_kind == "process_exit":
             os._exit(7)
         if self.fault_kind == "slow_then_move":
+            slept_from = time.monotonic()  # system-wide on Linux: comparable across worker processes
             time.sleep(self.hang_s)
-            return good()
+            result = good()
+            result.info["slept"] = (slept_from, time.monotonic())
+            return result
         raise AssertionError(self.fault_kind)
 
     def reset(self, task_id, seed=None):
