@@ -15,7 +15,8 @@ from typing import Any
 
 from envs.base import EnvError
 
-_ACTION = re.compile(r"^\s*(search|click)\s*\[(.*)\]\s*$", re.IGNORECASE | re.DOTALL)
+# ASCII: under Unicode case folding "ſearch" (long s) or "clicK" (Kelvin sign) would be actions too
+_ACTION = re.compile(r"^\s*(search|click)\s*\[(.*)\]\s*$", re.IGNORECASE | re.DOTALL | re.ASCII)
 _SKIP_TAGS = frozenset({"head", "script", "style", "title", "meta", "noscript", "template"})
 _VOID_TAGS = frozenset(
     {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "param", "source", "track", "wbr"}

@@ -273,6 +273,9 @@ def test_parse_action():
     assert parse_action(" Click[Buy Now] ") == ("click", "buy now")
     assert parse_action("click[< Prev]") == ("click", "< prev")
     assert parse_action("buy now") is None and parse_action("click") is None
+    # only ASCII case folds: the long s and the Kelvin sign are not "s" and "k"
+    assert parse_action("\u017fearch[shoes]") is None and parse_action("clic\u212a[buy now]") is None
+    assert parse_action("SEARCH[shoes]") == ("search", "shoes")
 
 
 def test_parse_page_reads_the_real_template_structure():
