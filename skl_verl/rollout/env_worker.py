@@ -180,8 +180,16 @@ class WorkerProcess:
         return f"exit code {code}" if code >= 0 else f"killed by signal {-code}"
 
     def _kill_group(self) -> None:
+        """SIGKILL the worker's descendants that left its process group (a child that started its own
+        session), then the group. A descendant whose parent has exited (a daemon) is init's child by then:
+        out of reach, as it would be of any supervisor that is not its subreaper."""
         if self.proc.returncode is not None:  # reaped: the pid may belong to someone else by now
             return
+        for pid in descendants(self.proc.pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except ProcessLookupError:
@@ -241,6 +249,30 @@ class WorkerProcess:
             except (OSError, ValueError, IndexError):
                 continue
         return total * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def descendants(root: int) -> list[int]:
+    """Every live descendant of ``root``, from /proc (empty where /proc is missing)."""
+    children: dict[int, list[int]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as handle:
+                parent = int(handle.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(parent, []).append(int(entry))
+    found, queue = [], list(children.get(root, []))
+    while queue:
+        pid = queue.pop()
+        found.append(pid)
+        queue.extend(children.get(pid, []))
+    return found
 
 
 def main(argv: list[str]) -> None:

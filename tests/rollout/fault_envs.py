@@ -29,15 +29,18 @@ class FaultyFrozenLake(FrozenLakeEnv):
     supports_snapshot = True
 
     def __init__(self, fault_call: str = "step", fault_kind: str = "none", fault_at: int = 1, hang_s: float = 600.0,
-                 spawn_child: bool = False, once_file: str | None = None, **kwargs) -> None:
+                 spawn_child: bool | str = False, once_file: str | None = None, **kwargs) -> None:
         if fault_call not in FAULT_CALLS or fault_kind not in FAULT_KINDS:
             raise ValueError(f"fault_call {fault_call!r} / fault_kind {fault_kind!r}")
         super().__init__(**kwargs)
         self.fault_call, self.fault_kind, self.fault_at, self.hang_s = fault_call, fault_kind, fault_at, hang_s
         self.calls: dict[str, int] = {}
         self.once_file = once_file
-        # Like ScienceWorld's JVM or a Stockfish engine: a process of the env's own.
-        self.child_pid = subprocess.Popen(["sleep", "600"]).pid if spawn_child else None
+        # Like ScienceWorld's JVM or a Stockfish engine: a process of the env's own. "own_session": it starts
+        # its own session, out of the worker's process group.
+        self.child_pid = None
+        if spawn_child:
+            self.child_pid = subprocess.Popen(["sleep", "600"], start_new_session=spawn_child == "own_session").pid
 
     def _fault(self, call: str, good):
         self.calls[call] = self.calls.get(call, 0) + 1

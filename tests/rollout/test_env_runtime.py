@@ -225,6 +225,20 @@ def test_killing_a_worker_kills_the_envs_own_processes_and_close_survives_a_hang
     assert dies(worker) and dies(child)
 
 
+def test_an_env_child_in_its_own_session_dies_with_its_worker():
+    """A child that started its own session is out of the worker's process group: killed as a descendant."""
+    async def main():
+        env = client(spawn_child="own_session", fault_call="step", fault_kind="hang")
+        await guarded_call(env.reset, TASK, seed=0, timeout_s=5)
+        child = await env.call("getattr", "child_pid", timeout_s=5)
+        assert alive(child) and os.getpgid(child) != env.worker_pid
+        with pytest.raises(EnvCallFailed):
+            await guarded_call(env.step, "right", timeout_s=0.3)
+        return child
+
+    assert dies(asyncio.run(main()))
+
+
 def test_a_worker_that_exits_on_its_own_stays_unreaped_until_its_group_is_killed():
     """The worker's pid is its process-group id: reaping it before ``killpg`` would let that pid be
     recycled by an unrelated process (another run's Ray worker) which the kill would then hit."""
