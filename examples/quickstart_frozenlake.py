@@ -6,8 +6,9 @@ It builds a tiny model and the task file locally, then runs the command a GPU us
 
     python -m skl_verl.main --config-path examples/config --config-name quickstart_frozenlake trainer.device=cpu
 
-(Ray, TransferQueue, verl's v1 trainer, FSDP2 actor, a rollout replica; on CPU the replica is the
-``hf`` stand-in for vLLM), and prints the success rate of every training step.
+(Ray, TransferQueue, verl's v1 trainer, FSDP2 actor, verl's vLLM replica on vLLM's CPU build). It prints
+one line per training step as it finishes (step, success rate, seconds), then the curve, and writes a PNG
+of it (``success_rate.png`` beside ``metrics.jsonl``).
 """
 
 from __future__ import annotations
@@ -30,10 +31,16 @@ ENV_KWARGS = {"size": 2, "num_tasks": 16, "seed": 0, "slip": [0.0, 0.0], "max_st
 
 
 def read_metrics(path: Path) -> list[dict]:
-    """verl's file logger: one JSON line per logged step."""
+    """verl's file logger: one JSON line per logged step (a line still being written is left for later)."""
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    entries = []
+    for line in path.read_text().splitlines():
+        try:
+            entries.append(json.loads(line))
+        except ValueError:
+            break
+    return entries
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
@@ -59,15 +66,49 @@ def main(argv: list[str] | None = None) -> list[dict]:
         *args.overrides,
     ]
     print("running:", " ".join(command), flush=True)
+    print(f"training log: {out / 'train.log'}; one line per step below as it finishes", flush=True)
     with open(out / "train.log", "w") as log:
-        result = subprocess.run(command, env=env, stdout=log, stderr=subprocess.STDOUT)
-    if result.returncode:
-        sys.exit(f"training failed (exit {result.returncode}); see {out / 'train.log'}")
-    history = [entry["data"] for entry in read_metrics(metrics_file) if "env/success_rate" in entry["data"]]
-    curve = [round(m["env/success_rate"], 3) for m in history]
+        process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+        shown = 0
+        while True:
+            finished = process.poll() is not None
+            history = success_history(metrics_file)
+            for step, rate in history[shown:]:
+                print(f"step {step}/{args.steps}: success rate {rate:.3f} ({time.perf_counter() - started:.0f} s)", flush=True)
+            shown = len(history)
+            if finished:
+                break
+            time.sleep(1.0)
+    if process.returncode:
+        sys.exit(f"training failed (exit {process.returncode}); see {out / 'train.log'}")
+    curve = [round(rate, 3) for _, rate in history]
     print(f"quickstart: {len(history)} steps in {time.perf_counter() - started:.0f}s through verl's trainer")
     print(f"success rate per step: {curve}")
+    print(f"plot: {plot_curve(history, out / 'success_rate.png')}")
     return history
+
+
+def success_history(metrics_file: Path) -> list[tuple[int, float]]:
+    """(step, env/success_rate) for every step the file logger has written so far."""
+    return [(int(entry["step"]), float(entry["data"]["env/success_rate"])) for entry in read_metrics(metrics_file)
+            if "env/success_rate" in entry["data"]]
+
+
+def plot_curve(history: list[tuple[int, float]], path: Path) -> Path:
+    """Success rate per step as a PNG beside the metrics."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(6, 3.5))
+    axes.plot([step for step, _ in history], [rate for _, rate in history], marker="o")
+    axes.set(xlabel="training step", ylabel="success rate", ylim=(-0.02, 1.02), title="Quickstart: GRPO on FrozenLake")
+    axes.grid(alpha=0.3)
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+    return path
 
 
 if __name__ == "__main__":

@@ -56,6 +56,12 @@ def test_quickstart_trains_through_verls_trainer(tmp_path, tiny_model_dir):
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "success rate per step: [" in result.stdout
+    # progress as it trains: where the log is, then one line per step before the curve
+    lines = result.stdout.splitlines()
+    assert any(line.startswith("training log: ") for line in lines)
+    progress = [i for i, line in enumerate(lines) if line.startswith(("step 1/2: success rate", "step 2/2: success rate"))]
+    assert len(progress) == 2 and progress[-1] < next(i for i, line in enumerate(lines) if line.startswith("success rate per step"))
+    assert (out / "success_rate.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # The quickstart's rollout is verl's vLLM server (vLLM's CPU build), not the hf stand-in.
     assert "vLLMHttpServer" in (out / "train.log").read_text()
     # vLLM's engine queues and verl's weight buffers in /dev/shm (~0.4 GB a run) are gone with the run.
