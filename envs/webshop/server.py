@@ -75,6 +75,16 @@ def bound_session_state(site, keep_finished=1000, idle_ttl_s=3600.0, clock=time.
         site.app.view_functions[name] = seen(view, is_done=name == "done")
 
 
+def check_product_count(requested, loaded, data_file):
+    """Stop when the data file holds fewer products than asked for: WebShop's utils.py points at the
+    1,000-product file unless edited (scripts/setup_webshop.sh --data all does it), and the site would
+    otherwise serve those 1,000 as "all"."""
+    if requested is None and loaded <= 1000:
+        raise SystemExit(f"skl-verl WebShop: asked for every product (--num-products 0), but {data_file} holds {loaded}; point "
+                         "web_agent_site/utils.py's DEFAULT_FILE_PATH and DEFAULT_ATTR_PATH at the full data "
+                         "files (scripts/setup_webshop.sh --data all) or pass --num-products 1000")
+
+
 def build(num_products, human_goals, seed):
     import web_agent_site.app as site
     from web_agent_site.engine.engine import init_search_engine, load_products
@@ -85,6 +95,7 @@ def build(num_products, human_goals, seed):
     site.all_products, site.product_item_dict, site.product_prices, site.attribute_to_asins = load_products(
         filepath=DEFAULT_FILE_PATH, num_products=num_products, human_goals=human_goals
     )
+    check_product_count(num_products, len(site.all_products), DEFAULT_FILE_PATH)
     site.search_engine = init_search_engine(num_products=num_products)
     goals = get_goals(site.all_products, site.product_prices, human_goals)
     random.seed(233)

@@ -370,6 +370,14 @@ def test_launcher_builds_the_paper_setting_and_exports_goals(tmp_path, standin):
     ]
 
 
+def test_all_products_from_the_1000_product_file_stops_the_launcher():
+    """WebShop's utils.py points at items_shuffle_1000.json unless edited: "all" would silently be 1,000."""
+    with pytest.raises(SystemExit, match="every product .* holds 1000; point web_agent_site/utils.py"):
+        server.check_product_count(None, 1000, "data/items_shuffle_1000.json")
+    server.check_product_count(None, 1_181_436, "data/items_shuffle.json")
+    server.check_product_count(1000, 1000, "data/items_shuffle_1000.json")
+
+
 STOCK_SESSIONS = """
 import logging
 user_sessions = {}
@@ -415,3 +423,14 @@ def test_launcher_bounds_the_sites_session_state():
     views["done"](session_id="s10", asin="A", options="{}")
     assert sorted(site.user_sessions) == ["s10", "s9"]
     assert "s8" not in logging.root.manager.loggerDict
+
+
+def test_the_setup_script_is_valid_bash_and_stops_at_its_first_failed_check(tmp_path):
+    script = Path(__file__).resolve().parents[2] / "scripts" / "setup_webshop.sh"
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+    # the Python check comes first: a wrong Python stops the script before anything is cloned or installed
+    result = subprocess.run(["bash", str(script), "--dir", str(tmp_path / "ws"), "--python", sys.executable],
+                            capture_output=True, text=True)
+    assert result.returncode == 1 and "need Python 3.8" in result.stderr and not (tmp_path / "ws").exists()
+    bad = subprocess.run(["bash", str(script), "--data", "some"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "--data must be small or all" in bad.stderr
