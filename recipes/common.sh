@@ -31,6 +31,9 @@ OVERRIDES=()
 for arg in "$@"; do
   if [ "$arg" = "--dry-run" ]; then DRY_RUN=true; else OVERRIDES+=("$arg"); fi
 done
+# A dry run reads models only from the local cache: a hub id that is not cached is a warning at once,
+# not a download (or a minute of retries on a machine without the internet).
+if [ "$DRY_RUN" = true ]; then export HF_HUB_OFFLINE=${HF_HUB_OFFLINE:-1}; fi
 
 # Data and servers the env needs (ALFWORLD_DATA, WEBSHOP_URL): errors in a real run, warnings in a
 # dry run. Called by the first build or train step, after the run script has set its variables.
