@@ -11,52 +11,22 @@ sees the buffer and table the checkpointed run had.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
-from pathlib import Path
 from typing import Any
 
+from skl_verl import checked_jsonl
 from skl_verl.skl.knowledge import KnowledgeTable, ReplayBuffer, Transition
 
 logger = logging.getLogger(__name__)
 
-JOURNAL_FORMAT = 1
-_HEADER = {"skl_verl": "experience_journal", "format": JOURNAL_FORMAT}
-
-
-def _line(record: dict[str, Any]) -> bytes:
-    body = json.dumps(record, sort_keys=True, ensure_ascii=False)
-    check = hashlib.sha256(body.encode("utf-8")).hexdigest()[:16]
-    return json.dumps({"check": check, "record": record}, sort_keys=True, ensure_ascii=False).encode("utf-8") + b"\n"
+JOURNAL_KIND = "experience_journal"
 
 
 def read_journal(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """The records of a journal. A last line cut short by a crash is dropped (with a warning); any
-    other damaged line is an error naming the file and line."""
-    lines = Path(path).read_bytes().split(b"\n")
-    torn_tail = lines[-1] != b""  # every complete line ends with a newline
-    if not torn_tail:
-        lines.pop()
-    records = []
-    for lineno, raw in enumerate(lines, start=1):
-        last = lineno == len(lines)
-        try:
-            entry = json.loads(raw.decode("utf-8"))
-            if lineno == 1:
-                if entry != _HEADER:
-                    raise ValueError(f"not an experience journal of format {JOURNAL_FORMAT}: {entry!r:.200}")
-                continue
-            body = json.dumps(entry["record"], sort_keys=True, ensure_ascii=False)
-            if hashlib.sha256(body.encode("utf-8")).hexdigest()[:16] != entry["check"]:
-                raise ValueError("the line does not match its checksum")
-        except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
-            if last and torn_tail and lineno > 1:
-                logger.warning("%s:%d: dropping a line cut short by a crash (%s)", path, lineno, exc)
-                break
-            raise ValueError(f"{path}:{lineno}: damaged experience journal line: {exc}") from None
-        records.append(entry["record"])
-    return records
+    """The records of a journal (``skl_verl.checked_jsonl``): a last line cut short by a crash is dropped
+    with a warning; any other damage, an empty file included, is an error naming the file and line."""
+    return checked_jsonl.read(path, JOURNAL_KIND)
 
 
 class ExperienceMemory:
@@ -138,21 +108,12 @@ class ExperienceMemory:
     def _append(self, record: dict[str, Any]) -> None:
         if self.journal_path:
             with open(self.journal_path, "ab") as handle:
-                handle.write(_line(record))
-                handle.flush()
+                checked_jsonl.append(handle, record)
                 os.fsync(handle.fileno())
 
     def _rewrite(self) -> None:
         """Write the whole journal atomically (only at start-up and on a resume that drops steps)."""
-        Path(self.journal_path).parent.mkdir(parents=True, exist_ok=True)
-        tmp = f"{self.journal_path}.{os.getpid()}.tmp"
-        with open(tmp, "wb") as handle:
-            handle.write(json.dumps(_HEADER, sort_keys=True).encode("utf-8") + b"\n")
-            for record in self._records:
-                handle.write(_line(record))
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, self.journal_path)
+        checked_jsonl.write(self.journal_path, JOURNAL_KIND, self._records)
 
 
 # ------------------------------------------------------------------------- one memory per run

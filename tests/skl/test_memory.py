@@ -76,7 +76,10 @@ def test_a_line_cut_by_a_crash_is_dropped_and_a_damaged_line_is_an_error(tmp_pat
     lines = whole.split(b"\n")
     lines[1] = lines[1].replace(b"a1 at s1", b"a1 at s9")
     journal.write_bytes(b"\n".join(lines))
-    with pytest.raises(ValueError, match=r"experience.jsonl:2: damaged experience journal line: .*checksum"):
+    with pytest.raises(ValueError, match=r"experience.jsonl:2: damaged experience_journal line: .*checksum"):
+        ExperienceMemory(str(journal))
+    journal.write_bytes(b"")  # an empty journal is damage too (a journal always starts with its header)
+    with pytest.raises(ValueError, match=r"experience.jsonl:1: the file is empty"):
         ExperienceMemory(str(journal))
 
 

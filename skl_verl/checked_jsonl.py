@@ -1,0 +1,95 @@
+"""Self-checked JSON-lines files: what a run keeps on disk and reads back (SKL-SD's experience journal,
+Knowledge Weaver's banks and trajectory pool).
+
+Line 1 is a header ``{"skl_verl": KIND, "format": 1}``; every other line is
+``{"check": 16 hex digits of sha256(record), "record": {...}}``. Reading gives every record back, or an
+error naming the file and the line: a flipped byte, a line that is not JSON, a missing or foreign
+header, an empty file. The one exception is a last line cut short (a crash mid-append): it is dropped
+with a warning, since everything before it is whole.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, BinaryIO
+
+logger = logging.getLogger(__name__)
+
+FORMAT = 1
+
+
+class DamagedFileError(ValueError):
+    """A checked file that cannot be read back as written; the message starts with ``path:line:``."""
+
+
+def header(kind: str) -> dict[str, Any]:
+    return {"skl_verl": kind, "format": FORMAT}
+
+
+def _check(record: dict[str, Any]) -> str:
+    body = json.dumps(record, sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(body.encode("utf-8")).hexdigest()[:16]
+
+
+def encode_line(record: dict[str, Any]) -> bytes:
+    """One record as a checked line (with its newline)."""
+    return json.dumps({"check": _check(record), "record": record}, sort_keys=True, ensure_ascii=False).encode("utf-8") + b"\n"
+
+
+def encode_header(kind: str) -> bytes:
+    return json.dumps(header(kind), sort_keys=True).encode("utf-8") + b"\n"
+
+
+def append(handle: BinaryIO, record: dict[str, Any]) -> None:
+    """Append one record to an open file (its header written before) and flush it to the OS."""
+    handle.write(encode_line(record))
+    handle.flush()
+
+
+def write(path: str | os.PathLike[str], kind: str, records: Iterable[dict[str, Any]]) -> None:
+    """Write the whole file atomically: readers see the old file or the new one, never a part."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile("wb", dir=path.parent, prefix=f".{path.name}.", suffix=".tmp", delete=False) as handle:
+        handle.write(encode_header(kind))
+        for record in records:
+            handle.write(encode_line(record))
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(handle.name, path)
+
+
+def read(path: str | os.PathLike[str], kind: str) -> list[dict[str, Any]]:
+    """The records of a checked file of ``kind``; see the module docstring for what is an error."""
+    data = Path(path).read_bytes()
+    if not data:
+        raise DamagedFileError(f"{path}:1: the file is empty (a checked {kind} file starts with its header line)")
+    lines = data.split(b"\n")
+    torn_tail = lines[-1] != b""  # every whole line ends with a newline
+    if not torn_tail:
+        lines.pop()
+    records = []
+    for lineno, raw in enumerate(lines, start=1):
+        try:
+            entry = json.loads(raw.decode("utf-8"))
+            if lineno == 1:
+                if entry != header(kind):
+                    raise ValueError(f"not a {kind} file of format {FORMAT}: {entry!r:.200}")
+                continue
+            if not isinstance(entry, dict) or set(entry) != {"check", "record"} or not isinstance(entry["record"], dict):
+                raise ValueError("not a checked record line")
+            if _check(entry["record"]) != entry["check"]:
+                raise ValueError("the line does not match its checksum (edited or corrupted)")
+        except (UnicodeDecodeError, ValueError) as exc:
+            if lineno == len(lines) and torn_tail and lineno > 1:
+                logger.warning("%s:%d: dropping a last line cut short by a crash (%s)", path, lineno, exc)
+                break
+            raise DamagedFileError(f"{path}:{lineno}: damaged {kind} line: {exc}") from None
+        records.append(entry["record"])
+    return records
