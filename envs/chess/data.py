@@ -27,9 +27,11 @@ A header row is required; column names are case-sensitive, extra columns are ign
 
 So the accepted forms are (FEN + Moves) as in the Lichess puzzle database, (PGN + Moves) as in
 searchless_chess' ``puzzles.csv``, and (FEN or PGN) + Solution. Every row is validated on load
-(ids, ratings, positions, legality of every move of the line, a line that ends on a solver move);
-a malformed row raises ``ValueError`` naming the file, the row number (1 = first data row), the
-line number and the PuzzleId. The validated file is cached per process (path, mtime, size): the
+(ids, ratings, positions, legality of every move of the line, a line that ends on a solver move).
+A malformed row (or a repeated PuzzleId) is skipped and counted, and one warning names the count and the
+first such row (file, row number with 1 = first data row, line number, PuzzleId, what is wrong):
+``bad_rows="error"`` raises ``ValueError`` on it instead. A missing column, or a file without one good
+row, is always an error. The validated file is cached per process (path, mtime, size): the
 10k-puzzle file takes a few seconds to validate.
 """
 
@@ -39,6 +41,7 @@ import csv
 import dataclasses
 import hashlib
 import io
+import logging
 import math
 import os
 import re
@@ -51,6 +54,10 @@ import chess.pgn
 
 from envs.base import DependencyMissingError
 from envs.chess.board import fen_core
+
+logger = logging.getLogger(__name__)
+
+BAD_ROWS = ("skip", "error")
 
 SAMPLE_CSV = Path(__file__).resolve().parent.parent / "data" / "chess_puzzles_sample.csv"
 PUZZLES_URL = "https://storage.googleapis.com/searchless_chess/data/puzzles.csv"
@@ -231,8 +238,10 @@ def _parse_row(values: dict[str, str], where: str) -> ChessPuzzle:
     )
 
 
-def parse_puzzles(text: str, source: str = "<csv>") -> list[ChessPuzzle]:
-    """Parse and validate puzzle CSV text (forms in the module docstring)."""
+def parse_puzzles(text: str, source: str = "<csv>", bad_rows: str = "skip") -> list[ChessPuzzle]:
+    """Parse and validate puzzle CSV text (forms and ``bad_rows`` in the module docstring)."""
+    if bad_rows not in BAD_ROWS:
+        raise ValueError(f"bad_rows must be one of {BAD_ROWS}, got {bad_rows!r}")
     reader = csv.DictReader(io.StringIO(text))
     columns = set(reader.fieldnames or [])
     missing = [name for name in ("PuzzleId", "Rating") if name not in columns]
@@ -244,19 +253,33 @@ def parse_puzzles(text: str, source: str = "<csv>") -> list[ChessPuzzle]:
         raise ValueError(f"{source}: missing column(s) {', '.join(missing)}; header is {reader.fieldnames}")
     puzzles: list[ChessPuzzle] = []
     seen: dict[str, int] = {}
+    skipped: list[str] = []
+    rows = 0
     for number, values in enumerate(reader, start=1):
+        rows = number
         where = f"{source}: row {number} (line {reader.line_num})"
-        if None in values:  # more cells than header columns
-            raise ValueError(f"{where} (PuzzleId {values.get('PuzzleId')!r}): more cells than the header has columns")
-        puzzle = _parse_row(values, where)
-        if puzzle.puzzle_id in seen:
-            raise ValueError(f"{where}: duplicate PuzzleId {puzzle.puzzle_id!r} (first in row {seen[puzzle.puzzle_id]})")
+        try:
+            if None in values:  # more cells than header columns
+                raise ValueError(f"{where} (PuzzleId {values.get('PuzzleId')!r}): more cells than the header has columns")
+            puzzle = _parse_row(values, where)
+            if puzzle.puzzle_id in seen:
+                raise ValueError(f"{where}: duplicate PuzzleId {puzzle.puzzle_id!r} (first in row {seen[puzzle.puzzle_id]})")
+        except ValueError as exc:
+            if bad_rows == "error":
+                raise
+            skipped.append(str(exc))
+            continue
         seen[puzzle.puzzle_id] = number
         puzzles.append(dataclasses.replace(puzzle, row=number))
+    if skipped:
+        if not puzzles:
+            raise ValueError(f"{source}: none of its {rows} rows is a valid puzzle; the first: {skipped[0]}")
+        logger.warning("%s: skipped %d of %d rows that are not valid puzzles (bad_rows='error' stops instead); "
+                       "the first: %s", source, len(skipped), rows, skipped[0])
     return puzzles
 
 
-_LOAD_CACHE: dict[tuple[str, int, int], list[ChessPuzzle]] = {}
+_LOAD_CACHE: dict[tuple[str, int, int, str], list[ChessPuzzle]] = {}
 
 
 def load_puzzles(
@@ -264,17 +287,19 @@ def load_puzzles(
     *,
     max_rating: float | None = None,
     min_rating: float | None = None,
+    bad_rows: str = "skip",
 ) -> list[ChessPuzzle]:
-    """Load and validate a puzzle CSV (default: the shipped sample), keeping ``min_rating <= rating < max_rating``."""
+    """Load and validate a puzzle CSV (default: the shipped sample), keeping ``min_rating <= rating < max_rating``;
+    ``bad_rows``: skip malformed rows with a warning, or stop with an error on the first."""
     path = Path(csv_path) if csv_path is not None else SAMPLE_CSV
     if not path.is_file():
         hint = " (fetch it with scripts/download_chess_puzzles.sh)" if csv_path is not None else ""
         raise DependencyMissingError(f"chess puzzle file {str(path)!r} not found{hint}")
     stat = path.stat()
-    key = (str(path.resolve()), stat.st_mtime_ns, stat.st_size)
+    key = (str(path.resolve()), stat.st_mtime_ns, stat.st_size, bad_rows)
     puzzles = _LOAD_CACHE.get(key)
     if puzzles is None:  # the 10k-puzzle file takes a few seconds to validate; parse it once per process
-        puzzles = parse_puzzles(path.read_text(encoding="utf-8-sig"), source=str(path))
+        puzzles = parse_puzzles(path.read_text(encoding="utf-8-sig"), source=str(path), bad_rows=bad_rows)
         _LOAD_CACHE[key] = puzzles
     return filter_by_rating(puzzles, max_rating=max_rating, min_rating=min_rating)
 

@@ -116,6 +116,7 @@ class ChessPuzzlesEnv(TextEnv):
         stockfish_depth: int = 8,
         stockfish_skill_level: int | None = None,
         invalid_move_ends: bool | None = None,
+        bad_rows: str = "skip",
     ) -> None:
         """``split`` in (None, "train", "test") keeps one side of ``train_test_split`` (after the
         rating filter). ``opponent``, ``off_line_opponent``, ``max_steps``, ``invalid_move_ends``
@@ -144,7 +145,7 @@ class ChessPuzzlesEnv(TextEnv):
             isinstance(stockfish_skill_level, int) and 0 <= stockfish_skill_level <= 20
         ):
             raise ValueError(f"{self.name}: stockfish_skill_level must be an int in [0, 20], got {stockfish_skill_level!r}")
-        puzzles = load_puzzles(csv_path, max_rating=max_rating, min_rating=min_rating)
+        puzzles = load_puzzles(csv_path, max_rating=max_rating, min_rating=min_rating, bad_rows=bad_rows)
         if split is not None:
             if split not in ("train", "test"):
                 raise ValueError(f"split must be None, 'train' or 'test', got {split!r}")

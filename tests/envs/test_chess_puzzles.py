@@ -434,15 +434,28 @@ GOOD = "m1,700,,a1a8,6k1/5ppp/8/8/8/8/8/R3R1K1 w - - 0 1,"
         ("bad1,700,,a1a8,6k1/5ppp/8/8/8/8/8/R3R1K1 w - - 0 1,,extra", "more cells"),
     ],
 )
-def test_malformed_rows_raise_value_error_naming_the_row(tmp_path: Path, bad_row: str, fragment: str) -> None:
+def test_a_malformed_row_is_skipped_and_named_or_with_bad_rows_error_stops(tmp_path: Path, bad_row: str, fragment: str,
+                                                                           caplog) -> None:
     path = write_csv(tmp_path, HEADER + GOOD + "\n" + bad_row + "\n")
+
+    def names_the_row(message: str) -> None:
+        assert "row 2" in message and str(path) in message and fragment in message, message
+        if bad_row.split(",")[0]:
+            assert repr(bad_row.split(",")[0]) in message, message
+
+    with caplog.at_level("WARNING"):  # one bad row does not cost the other puzzles of the file
+        assert [t.task_id for t in ChessPuzzlesEnv(csv_path=path).tasks()] == ["m1"]
+    assert "skipped 1 of 2 rows" in caplog.text
+    names_the_row(caplog.text)
     with pytest.raises(ValueError) as excinfo:
+        ChessPuzzlesEnv(csv_path=path, bad_rows="error")
+    names_the_row(str(excinfo.value))
+
+
+def test_a_file_without_one_good_row_is_an_error(tmp_path: Path) -> None:
+    path = write_csv(tmp_path, HEADER + "bad1,700,,a1a8,not a fen,\n")
+    with pytest.raises(ValueError, match="none of its 1 rows is a valid puzzle; the first: .*row 1.*bad FEN"):
         ChessPuzzlesEnv(csv_path=path)
-    message = str(excinfo.value)
-    assert "row 2" in message and str(path) in message, message
-    assert fragment in message, message
-    if bad_row.split(",")[0]:
-        assert repr(bad_row.split(",")[0]) in message, message
 
 
 def test_missing_columns_and_missing_file(tmp_path: Path) -> None:
