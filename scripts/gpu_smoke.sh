@@ -63,6 +63,7 @@ COMMON=(
   data.max_response_length=256
   actor_rollout_ref.rollout.n=2
   actor_rollout_ref.actor.ppo_mini_batch_size=2
+  ++skl.mini_batch_samples=4
   actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2
   actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=2
   actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=2

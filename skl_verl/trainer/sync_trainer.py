@@ -57,6 +57,11 @@ def register_sync_trainer() -> None:
             with mini_batches_in_samples(self.config, self.config.critic):
                 return super()._update_critic(batch, metrics)
 
+        def _get_required_batch_multiple(self, dp_size):
+            # the batch is padded to whole mini-batches: of skl.mini_batch_samples samples when it is set
+            with mini_batches_in_samples(self.config, self.config.actor_rollout_ref.actor, self.config.critic):
+                return super()._get_required_batch_multiple(dp_size)
+
         def _compute_advantage(self, batch, metrics):
             algorithm = self.config.algorithm
             real = np.array([not tag.get("is_padding", False) for tag in batch.tags], dtype=bool)
@@ -116,25 +121,30 @@ def register_sync_trainer() -> None:
 
 
 @contextmanager
-def mini_batches_in_samples(config, section):
+def mini_batches_in_samples(config, *sections):
     """verl sizes an update's mini-batch as ``ppo_mini_batch_size`` x ``rollout.n`` samples, which cannot
     express the released scripts' 128 step samples with 24 rollouts per task (verl-agent's trainer runs
     with rollout.n 1 and counts samples). With ``skl.mini_batch_samples`` set, the mini-batch is that many
-    samples: verl's ``_update_actor``/``_update_critic`` read the two values only to multiply them, so they
-    are set to (samples, 1) for the call and restored after it."""
+    samples: verl's ``_update_actor``/``_update_critic`` and its batch padding (``_get_required_batch_multiple``)
+    read the two values only to multiply them, so each section's is set to (samples, 1) for the call and
+    restored after it."""
     samples = config.get("skl", {}).get("mini_batch_samples")
     if samples is None:
         yield
         return
     rollout = config.actor_rollout_ref.rollout
-    saved = (section.ppo_mini_batch_size, rollout.n)
+    saved = ([section.ppo_mini_batch_size for section in sections], rollout.n)
     with open_dict(config):
-        section.ppo_mini_batch_size, rollout.n = int(samples), 1
+        for section in sections:
+            section.ppo_mini_batch_size = int(samples)
+        rollout.n = 1
     try:
         yield
     finally:
         with open_dict(config):
-            section.ppo_mini_batch_size, rollout.n = saved
+            for section, size in zip(sections, saved[0]):
+                section.ppo_mini_batch_size = size
+            rollout.n = saved[1]
 
 
 def batch_to_dataproto(data) -> DataProto:

@@ -5,6 +5,7 @@ plus the loop kwargs, ``list_of_dict_to_tensordict``, one tag per sample); paddi
 ``upsample_batch_to_divisible_size``; the step under test is the trainer's ``_compute_advantage``.
 """
 
+import math
 import types
 
 import pytest
@@ -205,6 +206,10 @@ def test_mini_batches_hold_skl_mini_batch_samples_through_verls_own_update_step(
     instance._update_critic(batch, {})
     expected = 16 * 24 if samples is None else samples
     assert [(sent["global_batch_size"], sent["mini_batch_size"]) for sent in workers.sent] == [(expected, expected)] * 2
+    # verl pads the batch to whole mini-batches (of the actor and the critic) over 8 data-parallel ranks
+    instance.use_critic, instance.global_steps = True, 1
+    instance.config = OmegaConf.merge(config, {"trainer": {"critic_warmup": 0}})
+    assert instance._get_required_batch_multiple(8) == math.lcm(8, expected)
     # the config the rest of the run reads is untouched
     assert (config.actor_rollout_ref.actor.ppo_mini_batch_size, config.actor_rollout_ref.rollout.n) == (16, 24)
     assert config.critic.ppo_mini_batch_size == 16
