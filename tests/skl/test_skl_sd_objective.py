@@ -36,7 +36,7 @@ def test_discarded_samples_leave_the_normaliser():
     """One kept row (3 tokens) beside discarded rows of 3 and 2 tokens: kept tokens get (3 + 3 + 2) / 3."""
     mask = torch.tensor([[1, 1, 1], [1, 1, 1], [1, 1, 0]])
     weights = skl_sd_kept_token_weights(np.array([True, False, False]), mask)
-    assert weights.tolist() == pytest.approx([[8 / 3] * 3, [0.0] * 3, [0.0] * 3])
+    assert weights.flatten().tolist() == pytest.approx([8 / 3] * 3 + [0.0] * 6)
     assert skl_sd_kept_token_weights(np.array([False, False, False]), mask).tolist() == [[0.0] * 3] * 3
 
 
@@ -97,7 +97,7 @@ def test_registered_loss_and_term_weights_give_the_hand_computed_value():
     mask = torch.ones(3, 2, dtype=torch.bool)
     fields = {"skl_phase": np.array(["base", "reflect", "base"]), "skl_keep": np.array([True, True, False])}
     weights = TERM_WEIGHT_FNS["skl_sd_eq1"](fields, mask, None)
-    assert weights.tolist() == pytest.approx([[1.5, 1.5], [-1.5, -1.5], [0.0, 0.0]])  # 6 tokens / 4 kept
+    assert weights.flatten().tolist() == pytest.approx([1.5, 1.5, -1.5, -1.5, 0.0, 0.0])  # 6 tokens / 4 kept
     config = SimpleNamespace(clip_ratio_low=0.2, clip_ratio_high=0.2, global_batch_info={})
     loss, metrics = core_algos.get_policy_loss_fn("skl_sd_eq1")(old, new, advantages, mask, "token-mean", config, weights)
     hand = (-1.2 - 1.0 + 0.25 * (0.3 + 0.7)) / 4  # the mean over the 4 kept tokens: the dropped row is out
