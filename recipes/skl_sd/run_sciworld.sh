@@ -7,11 +7,13 @@ CONFIG=${CONFIG:-skl_sd_sciworld}
 RECIPE_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 DEFAULT_MODEL=Qwen/Qwen2.5-7B-Instruct
 source "$RECIPE_DIR/../common.sh"
+# R3L's 30 steps per episode; the loops' max_turns (agent_loops.yaml: *_sciworld) is the same 30.
+MAX_STEPS=30
 if [ "$CONFIG" = grpo_sciworld ]; then
-  build_tasks sciworld_plain_train '{"split": "train", "max_steps": 50}'
-  build_tasks sciworld_plain_val '{"split": "test", "max_steps": 50}'
+  build_tasks sciworld_plain_train "{\"split\": \"train\", \"max_steps\": $MAX_STEPS}"
+  build_tasks sciworld_plain_val "{\"split\": \"test\", \"max_steps\": $MAX_STEPS}" skl_sd_grpo_sciworld
 else
-  build_tasks sciworld_train '{"split": "train", "max_steps": 50}'
-  build_tasks sciworld_val '{"split": "test", "max_steps": 50}' skl_stateful
+  build_tasks sciworld_train "{\"split\": \"train\", \"max_steps\": $MAX_STEPS}"
+  build_tasks sciworld_val "{\"split\": \"test\", \"max_steps\": $MAX_STEPS}" skl_stateful_sciworld
 fi
 train

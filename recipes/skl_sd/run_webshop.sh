@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# SKL-SD on WebShop. Needs GPUs, a model and a running WebShop server (docs/webshop_setup.md).
+# SKL-SD on WebShop. Needs GPUs, a model and a running WebShop server with all products and human
+# goals, as R3L runs it (docs/webshop_setup.md, "The full WebShop").
 #   bash recipes/skl_sd/run_webshop.sh [--dry-run] [hydra overrides...]
 #   CONFIG=grpo_webshop bash recipes/skl_sd/run_webshop.sh      # GRPO baseline
 ENV_NAME=webshop
@@ -8,11 +9,13 @@ RECIPE_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 DEFAULT_MODEL=Qwen/Qwen2.5-7B-Instruct
 source "$RECIPE_DIR/../common.sh"
 export WEBSHOP_URL=${WEBSHOP_URL:-http://127.0.0.1:3000}
+# R3L's 15 steps per episode; the loops' max_turns (agent_loops.yaml: *_webshop) is the same 15.
+MAX_STEPS=15
 if [ "$CONFIG" = grpo_webshop ]; then
-  build_tasks webshop_plain_train '{"split": "train"}'
-  build_tasks webshop_plain_val '{"split": "test"}'
+  build_tasks webshop_plain_train "{\"split\": \"train\", \"max_steps\": $MAX_STEPS}"
+  build_tasks webshop_plain_val "{\"split\": \"test\", \"max_steps\": $MAX_STEPS}" skl_sd_grpo_webshop
 else
-  build_tasks webshop_train '{"split": "train"}'
-  build_tasks webshop_val '{"split": "test"}' skl_stateful
+  build_tasks webshop_train "{\"split\": \"train\", \"max_steps\": $MAX_STEPS}"
+  build_tasks webshop_val "{\"split\": \"test\", \"max_steps\": $MAX_STEPS}" skl_stateful_webshop
 fi
 train

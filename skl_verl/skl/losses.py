@@ -1,11 +1,15 @@
 """SKL's losses and credit as verl estimators: SKL-SD Eq. 1 and SKL-RL Eq. 4 (with the KL
 distillation credit of Eqs. 5-6).
 
-SKL-SD Eq. 1, L = L_PG(D_base) + λ1·L_PG(D_distill) + λ2·L_SFT(D_reflect), has two readings:
-``objective: policy_gradient`` (the default, the paper's: GRPO advantages over positive-filtered
-groups, clipped PG, and an exact SFT term; estimator ``skl_sd`` + loss ``skl_sd_eq1``) and
-``objective: weighted_nll`` (constant weights 1/λ1/λ2 on kept samples, one weighted NLL for all
-three; loss ``skl_weighted_nll``)."""
+SKL-SD Eq. 1, L = L_PG(D_base) + λ1·L_PG(D_distill) + λ2·L_SFT(D_reflect), is self-imitation: the paper
+calls it "supervised learning over heuristically quality-filtered experience" that maximises the
+probability of the first and second rollouts that hit the target. So every kept sample trains with a
+positive coefficient (1 on D_base, λ1 on D_distill, λ2 on D_reflect), the samples the filter discarded
+train nothing, and they leave the loss normaliser too (``skl_sd_kept_token_weights``): the step size
+does not depend on how many samples the filter threw away. Two readings of the PG terms:
+``objective: policy_gradient`` (default; clipped PG with those coefficients as advantages, estimator
+``skl_sd`` + loss ``skl_sd_eq1``, SFT exact on D_reflect) and ``objective: weighted_nll`` (one weighted
+NLL for all three terms, no ratio; loss ``skl_weighted_nll``)."""
 
 from __future__ import annotations
 
@@ -39,7 +43,8 @@ def weighted_nll_policy_loss(
     learning over quality-filtered experience, §3.1), so the per-token weights w (1 for D_base, λ1
     for D_distill, λ2 for D_reflect, 0 elsewhere; estimator ``skl_sd``) arrive as advantages and
     the loss is their weighted negative log-likelihood. Unlike the clipped ``vanilla`` loss, the
-    SFT term stays an SFT term on every mini-batch. Select with
+    SFT term stays an SFT term on every mini-batch. ``rollout_is_weights`` carries the kept-token
+    scaling (``skl_weighted_nll_token_weights``) that keeps discarded samples out of the normaliser. Select with
     ``actor_rollout_ref.actor.policy_loss.loss_mode=skl_weighted_nll``.
     """
     loss_mat = -advantages * log_prob
@@ -68,17 +73,18 @@ def _checked_phases(phase: np.ndarray) -> np.ndarray:
 
 
 def skl_sd_weights(phase: np.ndarray, keep: np.ndarray, lambda_distill: float, lambda_reflect: float) -> torch.Tensor:
-    """SKL Eq. 1 read as weighted self-imitation (``objective: weighted_nll``).
+    """Per-sample coefficients of SKL-SD Eq. 1, L = L_PG(D_base) + λ1·L_PG(D_distill) + λ2·L_SFT(D_reflect).
 
-    Every dataset is filtered to successes (self-imitation: negatives are discarded), so each
-    kept sample's tokens get weight 1 (base), λ1 (distill) or λ2 (reflect) and the rest 0. With
-    the ``skl_weighted_nll`` policy loss the objective is exactly Σ w·(−log π): PG with reward 1 on
-    the two filtered PG terms and λ2-weighted SFT on D_reflect.
+    Eq. 1 is self-imitation over filtered experience (§3.1), so the coefficient of a kept sample does
+    not depend on the other samples of its task: 1 for a kept base episode (D_base), λ1 for a kept
+    retry (D_distill), λ2 for a kept reflection (D_reflect), 0 for everything the filter discarded.
+    (R3L's ``opmd_reweight_adv``, the code the paper builds on, likewise gives every success the fixed
+    score 1.) The coefficient is the advantage of the clipped PG terms and the NLL weight of the SFT term.
     """
     phase = _checked_phases(phase)
     weight_of = {"base": 1.0, "distill": float(lambda_distill), "reflect": float(lambda_reflect)}
-    weights = np.array([weight_of[p] for p in phase]) * np.asarray(keep, dtype=bool)
-    return torch.as_tensor(weights, dtype=torch.float64)
+    weights = torch.as_tensor(np.array([weight_of[p] for p in phase], dtype=np.float64))
+    return torch.where(torch.as_tensor(np.asarray(keep, dtype=bool)), weights, torch.zeros_like(weights))
 
 
 SKL_SD_OBJECTIVES = ("policy_gradient", "weighted_nll")
@@ -95,30 +101,21 @@ def skl_sd_terms(phase: np.ndarray, keep: np.ndarray) -> torch.Tensor:
     return torch.where(keep, terms, TERM_NONE).to(torch.int64)
 
 
-def skl_sd_pg_advantages(
-    scores: torch.Tensor,
-    phase: np.ndarray,
-    keep: np.ndarray,
-    groups: torch.Tensor,
-    lambda_distill: float,
-    lambda_reflect: float,
-    norm: str = "std",
-    eps: float = 1e-6,
-) -> torch.Tensor:
-    """Per-sample coefficients of SKL-SD Eq. 1, L = L_PG(D_base) + λ1·L_PG(D_distill) + λ2·L_SFT(D_reflect).
+def skl_sd_kept_token_weights(keep: np.ndarray, response_mask: torch.Tensor) -> torch.Tensor:
+    """Per-token weights that take discarded samples out of the normaliser of Eq. 1's token mean.
 
-    Base and retry (distill) samples get GRPO advantages (R − mean_g)/(std_g + eps) over their group g
-    (``groups``: the same task and phase, so base episodes are compared with base episodes and retries
-    with retries), computed before filtering, then the positive filter of Alg. 1 keeps only D_base and
-    D_distill (every other sample gets 0) and the distill term is scaled by λ1. Kept reflections get
-    λ2, the weight of their SFT term (``skl_sd_objective`` reads it as an NLL weight, not an advantage).
-    """
-    phase = _checked_phases(phase)
-    keep_t = torch.as_tensor(np.asarray(keep, dtype=bool))
-    grpo = group_relative_advantages(scores.to(torch.float64), groups, norm=norm, eps=eps)
-    scale = torch.as_tensor(np.where(phase == "distill", float(lambda_distill), 1.0))
-    coefficients = torch.where(torch.as_tensor(phase == "reflect"), torch.full_like(grpo, float(lambda_reflect)), grpo * scale)
-    return torch.where(keep_t, coefficients, torch.zeros_like(coefficients))
+    verl's ``token-mean`` divides the masked loss sum by every response token of the update batch,
+    discarded samples included, so without this the step on the same kept data shrinks as the
+    filter discards more (one kept row alone: −1.0 per token; with one discarded row of equal length
+    beside it: −0.5). Kept tokens get n_all / n_kept (n counted over ``response_mask`` of the batch),
+    discarded ones 0, so the token mean over the batch equals the token mean over the kept tokens.
+    Exact when the update runs the batch as one mini-batch; with several, each mini-batch is scaled by
+    the batch-wide kept fraction."""
+    mask = response_mask.to(torch.float64)
+    kept = torch.as_tensor(np.asarray(keep, dtype=bool))[:, None].to(mask.dtype) * mask
+    kept_tokens = kept.sum()
+    scale = mask.sum() / kept_tokens if kept_tokens > 0 else torch.zeros((), dtype=mask.dtype)
+    return (kept * scale).to(torch.float32)
 
 
 def skl_sd_objective(
@@ -153,8 +150,9 @@ def encode_term_weights(terms: torch.Tensor, is_weights: torch.Tensor | None = N
     verl 0.9.1 hands a policy loss only old/new log-probs, advantages, the response mask and
     ``rollout_is_weights``. Importance weights are never negative, so the sign carries the term:
     w > 0 a PG token with IS weight w, w < 0 an SFT token with IS weight −w, w == 0 a token of no
-    dataset (it leaves the loss and its normaliser). ``terms`` is per token; ``is_weights`` (verl's
-    rollout correction, when configured) default to 1.
+    dataset (its loss is 0; keeping it out of the normaliser is ``skl_sd_kept_token_weights``' job).
+    ``terms`` is per token; ``is_weights`` (verl's rollout correction, or the kept-token scaling)
+    default to 1.
     """
     weights = torch.ones(terms.shape, dtype=torch.float32) if is_weights is None else is_weights.to(torch.float32).abs()
     sign = torch.where(terms == TERM_SFT, -1.0, torch.where(terms == TERM_PG, 1.0, 0.0))
@@ -210,19 +208,33 @@ def skl_sd_eq1_policy_loss(
 
 
 def skl_sd_term_weights(sample_fields: dict[str, np.ndarray], response_mask: torch.Tensor, is_weights: torch.Tensor | None) -> torch.Tensor:
-    """The per-token Eq. 1 terms of a batch (from ``skl_phase`` and ``skl_keep``), encoded for ``skl_sd_eq1``."""
+    """The per-token Eq. 1 terms of a batch (from ``skl_phase`` and ``skl_keep``), encoded for ``skl_sd_eq1``,
+    with the kept tokens scaled so discarded samples leave the normaliser (``skl_sd_kept_token_weights``)."""
     require_fields("skl_sd_eq1", sample_fields, (sf.PHASE, skl_fields.KEEP))
-    terms = skl_sd_terms(sample_fields[sf.PHASE], sample_fields[skl_fields.KEEP])
-    return encode_term_weights(terms[:, None].expand(response_mask.shape), is_weights)
+    keep = sample_fields[skl_fields.KEEP]
+    terms = skl_sd_terms(sample_fields[sf.PHASE], keep)
+    scaled = skl_sd_kept_token_weights(keep, response_mask)
+    if is_weights is not None:
+        scaled = scaled * is_weights.to(torch.float32).abs()
+    return encode_term_weights(terms[:, None].expand(response_mask.shape), scaled)
+
+
+def skl_weighted_nll_token_weights(sample_fields: dict[str, np.ndarray], response_mask: torch.Tensor, is_weights: torch.Tensor | None) -> torch.Tensor:
+    """``rollout_is_weights`` for ``skl_weighted_nll``: the kept-token scaling (discarded samples out of the
+    normaliser), times verl's rollout-correction weights when configured."""
+    require_fields("skl_weighted_nll", sample_fields, (skl_fields.KEEP,))
+    scaled = skl_sd_kept_token_weights(sample_fields[skl_fields.KEEP], response_mask)
+    return scaled if is_weights is None else scaled * is_weights.to(torch.float32)
 
 
 @dataclass(frozen=True)
-class SklSdOptions(NormOptions):
-    """``algorithm.skl_sd.*``: Eq. 1's reading and weights (norm and eps: the GRPO advantages)."""
+class SklSdOptions:
+    """``algorithm.skl_sd.*``: Eq. 1's reading and weights."""
 
     objective: Annotated[str, OneOf(*OBJECTIVE_LOSS_MODES)] = "policy_gradient"
-    """``policy_gradient``: GRPO advantages per (task, phase) group, positive-filtered, for the ``skl_sd_eq1``
-    loss; ``weighted_nll``: constant weights 1/λ1/λ2 for ``skl_weighted_nll``."""
+    """``policy_gradient``: coefficients 1/λ1/λ2 on kept samples as advantages of a clipped PG (SFT exact on
+    D_reflect), loss ``skl_sd_eq1``; ``weighted_nll``: the same coefficients as weights of one NLL,
+    ``skl_weighted_nll``."""
     lambda_distill: Annotated[float, AtLeast(0)] = 1.0
     """λ1 of Eq. 1, on D_distill (the retries)."""
     lambda_reflect: Annotated[float, AtLeast(0)] = 1.0
@@ -230,17 +242,10 @@ class SklSdOptions(NormOptions):
 
 
 def skl_sd_estimator(token_level_rewards, response_mask, sample_fields, options, **_):
-    """SKL-SD Eq. 1 (options: ``SklSdOptions``)."""
+    """SKL-SD Eq. 1 (options: ``SklSdOptions``): both objectives take the same per-sample coefficients
+    (``skl_sd_weights``); they differ in the policy loss that reads them."""
     scores = outcome_scores(token_level_rewards)
-    phase, keep = sample_fields[sf.PHASE], sample_fields[skl_fields.KEEP]
-    if options.objective == "weighted_nll":
-        weights = skl_sd_weights(phase, keep, options.lambda_distill, options.lambda_reflect)
-    else:
-        groups = group_codes(sample_fields[sf.SEQUENCE_ID], phase)
-        weights = skl_sd_pg_advantages(
-            scores, phase, keep, groups, options.lambda_distill, options.lambda_reflect,
-            norm=options.norm, eps=float(options.eps),
-        )
+    weights = skl_sd_weights(sample_fields[sf.PHASE], sample_fields[skl_fields.KEEP], options.lambda_distill, options.lambda_reflect)
     return to_tokens(weights, scores, response_mask)
 
 

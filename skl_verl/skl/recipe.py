@@ -14,6 +14,7 @@ from skl_verl.skl.losses import (
     skl_sd_eq1_policy_loss,
     skl_sd_estimator,
     skl_sd_term_weights,
+    skl_weighted_nll_token_weights,
     weighted_nll_policy_loss,
 )
 from skl_verl.skl.rl_loop import SklRlAgentLoop, check_simulation_engine
@@ -29,5 +30,6 @@ def register() -> None:
     registry.register_policy_loss("skl_sd_eq1", skl_sd_eq1_policy_loss)
     registry.register_policy_loss("skl_weighted_nll", weighted_nll_policy_loss)
     registry.register_term_weights("skl_sd_eq1", skl_sd_term_weights)
+    registry.register_term_weights("skl_weighted_nll", skl_weighted_nll_token_weights)
     registry.register_agent_loops(Path(__file__).with_name("agent_loops.yaml"))
     registry.register_episode_metrics("skl", skl_fields.simulation_metrics)

@@ -5,8 +5,9 @@ One ``run`` returns: the base episode (phase ``base``), one sample per bootstrap
 (phase ``reflect``: context C_t -> ẑ_{s_t}), and the retry (phase ``distill``). ``skl_keep`` marks
 what Eq. 1 trains on: successful base episodes (D_base), successful retries (D_distill) and the
 reflections of successful retries (D_reflect); everything else is kept in the batch with zero
-weight so its metrics are still logged. Success is Alg. 1's R(τ) > 0 (``success: reward_positive``)
-or the env's win flag (``success: won``). The ``skl_sd`` estimator turns (phase, keep) into Eq. 1.
+weight so its metrics are still logged. Success is R(τ) ≥ 1 (``success: reward_full``, the
+default: R3L's rule, in whose code the authors ran SKL-SD), Alg. 1's R(τ) > 0 (``reward_positive``)
+or the env's win flag (``won``). The ``skl_sd`` estimator turns (phase, keep) into Eq. 1.
 
 Bootstrapping visits ceil(f·T) uniformly sampled steps of a failed episode (seeded per trial),
 from T−1 back to 0. C_t shows s_t, N buffered continuations from s_t with the states they reached
@@ -62,14 +63,18 @@ def bootstrap_indices(num_states: int, fraction: float, seed: int) -> list[int]:
     return sorted(random.Random(seed).sample(range(num_states), count), reverse=True)
 
 
-SUCCESS_RULES = ("reward_positive", "won")
+SUCCESS_RULES = ("reward_full", "reward_positive", "won")
 
 
 def episode_succeeded(episode: EpisodeResult, rule: str) -> bool:
-    """Alg. 1's filter: R(τ) > 0 (``reward_positive``: the env's return, before format penalties)
-    or the env's own success flag (``won``). A failed (crashed) episode never succeeds."""
+    """The quality filter of Alg. 1 on the env's return R (before format penalties): ``reward_full``
+    R ≥ 1 (R3L's success; WebShop and ScienceWorld return [0, 1] with 1 only for the exact purchase or
+    the finished task), ``reward_positive`` R > 0 (Alg. 1 as written: any partial WebShop/ScienceWorld
+    score bootstraps nothing and is imitated), ``won`` the env's own flag. A crashed episode never succeeds."""
     if episode.failed:
         return False
+    if rule == "reward_full":
+        return episode.env_return >= 1.0
     return episode.env_return > 0 if rule == "reward_positive" else episode.won
 
 
@@ -95,13 +100,13 @@ class SklSdAgentLoop(StatefulAgentLoop):
         bootstrap_fraction: Annotated[float, Between(0, 1), Above(0)] = 0.2,
         buffer_scope: Annotated[str, OneOf("all", "last_epoch")] = "all",
         memory_dir: str | None = None,
-        success: Annotated[str, OneOf(*SUCCESS_RULES)] = "reward_positive",
+        success: Annotated[str, OneOf(*SUCCESS_RULES)] = "reward_full",
         **kwargs: Any,
     ):
         """N rollouts of horizon H per bootstrapped state (paper 3 and 3), about a fifth of the states
         bootstrapped per episode (paper ~20%), from the experience of every epoch or the last; the journal
-        in ``memory_dir`` (null: beside the trainer's checkpoints when it saves them); success as Alg. 1's
-        R(τ) > 0 or the env's own flag."""
+        in ``memory_dir`` (null: beside the trainer's checkpoints when it saves them); success as R3L's
+        R(τ) ≥ 1, Alg. 1's R(τ) > 0 or the env's own flag (``episode_succeeded``)."""
         super().__init__(*args, **kwargs)
         self.success = success
         self.n, self.horizon, self.fraction, self.scope = rollouts_per_state, horizon, bootstrap_fraction, buffer_scope

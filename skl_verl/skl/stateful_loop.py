@@ -18,6 +18,7 @@ the replay buffer and the knowledge table.
 from __future__ import annotations
 
 import json
+import sys
 from typing import Annotated, Any
 
 
@@ -44,14 +45,19 @@ class StatefulAgentLoop(EnvAgentLoop):
     rescores_sequences = True
     """Scores a teacher-forced turn on the rollout server (``generate`` with ``prompt_logprobs``)."""
 
-    def __init__(self, *args: Any, max_knowledge_words: Annotated[int, AtLeast(1)] = 200, **kwargs: Any):
+    def __init__(self, *args: Any, max_knowledge_words: Annotated[int, AtLeast(1)] | None = None, **kwargs: Any):
+        """``max_knowledge_words``: None (default) bounds a knowledge turn by the response budget only, as
+        the authors' code does (the paper's WebShop examples run to hundreds of words); a number makes a
+        longer body a format error."""
         kwargs.setdefault("system_prompt", STATEFUL_SYSTEM)
         super().__init__(*args, **kwargs)
         if self.sample_granularity != "episode":
             raise ValueError("stateful loops (knowledge turn + action turn per step) play episode samples only: "
                              "set sample_granularity: episode")
         self.max_knowledge_words = max_knowledge_words
-        self.knowledge_parser = TagActionParser(tags=("knowledge",), max_action_chars=max_knowledge_words * 20)
+        # Without a word cap the parser must not cut the body by characters either.
+        max_chars = max_knowledge_words * 20 if max_knowledge_words is not None else sys.maxsize
+        self.knowledge_parser = TagActionParser(tags=("knowledge",), max_action_chars=max_chars)
         self.prefilled: dict[str, str] = {}
 
     def prepare_episode(self, extra_info: dict[str, Any]) -> None:
@@ -125,11 +131,11 @@ class StatefulAgentLoop(EnvAgentLoop):
         return True
 
     def read_knowledge(self, text: str, episode: EpisodeResult) -> tuple[str, str]:
-        """(the <knowledge> body of a reply, why it has none). A missing tag or an over-long body counts as
-        a format error (the turn still acts)."""
+        """(the <knowledge> body of a reply, why it has none). A missing tag, or a body over
+        ``max_knowledge_words`` when set, counts as a format error (the turn still acts)."""
         parsed = self.knowledge_parser(text)
         error = parsed.error if not parsed.ok else ""
-        if not error and len(parsed.action.split()) > self.max_knowledge_words:
+        if not error and self.max_knowledge_words is not None and len(parsed.action.split()) > self.max_knowledge_words:
             error = f"knowledge over the {self.max_knowledge_words}-word cap"
         if error:
             episode.invalid_format_turns += 1

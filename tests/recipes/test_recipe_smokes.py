@@ -213,7 +213,7 @@ def test_skillrise_sciworld(tmp_path, tiny_model_dir):
 def test_skl_sd_sciworld(tmp_path, tiny_model_dir):
     data = tmp_path / "data"
     build(data, "skl_verl.rollout.data", "train", "sciworld_train")
-    build(data, "skl_verl.rollout.data", "test", "sciworld_val", "--agent-loop", "skl_stateful")
+    build(data, "skl_verl.rollout.data", "test", "sciworld_val", "--agent-loop", "skl_stateful_sciworld")
     run = run_recipe(tmp_path, tiny_model_dir, "skl_sd_sciworld", script="skl_sd/run_sciworld.sh", data_dir=data)
     check_run(run)
     assert all(run.steps[s].get("loss_terms/base_samples", 0) > 0 for s in (1, 2)), sorted(run.all_keys())

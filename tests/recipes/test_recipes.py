@@ -222,7 +222,11 @@ def test_skl_sd_configs(name):
     assert config.actor_rollout_ref.actor.policy_loss.loss_mode == "skl_sd_eq1"
     assert options(config).objective == "policy_gradient"
     baseline = load(name.replace("skl_sd", "grpo"), recipe=SKL_SD)
-    assert baseline.algorithm.adv_estimator == "grpo" and baseline.actor_rollout_ref.rollout.agent.default_agent_loop == "skl_env"
+    env = name.split("_")[-1]
+    # Per-env loops with R3L's step limit (WebShop 15, ScienceWorld 30) for training, validation and the baseline.
+    assert baseline.algorithm.adv_estimator == "grpo" and baseline.actor_rollout_ref.rollout.agent.default_agent_loop == f"skl_sd_grpo_{env}"
+    for loop_name in (f"skl_sd_{env}", config.skl.val_agent_loop, f"skl_sd_grpo_{env}"):
+        assert agent_loop_entry(loop_name).max_turns == {"webshop": 15, "sciworld": 30}[env], loop_name
     with pytest.raises(ConfigError, match="needs a skl_sd agent loop"):
         load(name, ["actor_rollout_ref.rollout.agent.default_agent_loop=skl_stateful"], recipe=SKL_SD)
 

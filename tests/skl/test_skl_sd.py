@@ -184,13 +184,13 @@ def test_sampled_successor_refined_earlier_in_the_loop_is_used(tmp_path, tiny_mo
     assert ": avoid the hole" not in policy.reflect_prompts[later]  # the first state processed reads no ẑ
 
 
-def test_policy_gradient_objective_trains_only_positive_filtered_groups(tmp_path, tiny_model_dir, monkeypatch):
-    """objective policy_gradient: the one retry of its task has no group to compare with (GRPO advantage 0),
-    the kept reflections get λ2 for the SFT term."""
+def test_policy_gradient_objective_trains_a_lone_successful_retry(tmp_path, tiny_model_dir, monkeypatch):
+    """objective policy_gradient (issue #22 item 3): the one successful retry of its task gets λ1 > 0 (GRPO
+    within its one-sample group gave it exactly 0), the failed base 0, the kept reflections λ2 for the SFT term."""
     data, config, _ = play(tmp_path, tiny_model_dir, monkeypatch, retry_follows_refined=True, objective="policy_gradient")
     advantage_step(data, config)
     rows = by_phase(data)
-    assert rows["distill"] == [(0, True, 0.0)] and rows["base"] == [(0, False, 0.0)]
+    assert rows["distill"] == [(0, True, pytest.approx(LAMBDA_DISTILL))] and rows["base"] == [(0, False, 0.0)]
     assert all(keep and adv == pytest.approx(LAMBDA_REFLECT) for _, keep, adv in rows["reflect"])
 
 

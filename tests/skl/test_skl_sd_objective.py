@@ -1,4 +1,5 @@
-"""SKL-SD Eq. 1 as the paper states it: clipped PG on D_base, λ1·PG on D_distill, λ2·SFT on D_reflect."""
+"""SKL-SD Eq. 1 as self-imitation: clipped PG with coefficient 1 on D_base and λ1 on D_distill, λ2·SFT on
+D_reflect; discarded samples train nothing and leave the normaliser. Values derived by hand."""
 
 import math
 
@@ -12,24 +13,31 @@ from skl_verl.skl.losses import (
     TERM_SFT,
     decode_term_weights,
     encode_term_weights,
+    skl_sd_kept_token_weights,
     skl_sd_objective,
-    skl_sd_pg_advantages,
     skl_sd_terms,
+    skl_sd_weights,
 )
-from skl_verl.trainer.group_advantage import group_codes
 
 
-def test_advantages_are_grpo_over_each_group_then_positive_filtered():
-    phase = np.array(["base", "base", "base", "base", "distill", "distill", "reflect", "reflect"])
-    task = np.array(["t"] * 8)
-    scores = torch.tensor([1.0, 0.0, 1.0, 0.0, 0.6, 0.0, 0.0, 0.0], dtype=torch.float64)
-    keep = np.array([True, False, True, False, True, False, True, False])
-    coeffs = skl_sd_pg_advantages(scores, phase, keep, group_codes(task, phase), lambda_distill=0.5, lambda_reflect=0.25)
-    base_adv = 0.5 / math.sqrt(4 * 0.25 / 3)  # (1 - 0.5) / unbiased std of [1, 0, 1, 0]
-    retry_adv = 0.3 / math.sqrt(2 * 0.09 / 1)  # (0.6 - 0.3) / std of [0.6, 0]
-    expected = [base_adv, 0, base_adv, 0, 0.5 * retry_adv, 0, 0.25, 0]
-    assert coeffs.tolist() == pytest.approx(expected, rel=1e-5)
-    assert skl_sd_terms(phase, keep).tolist() == [TERM_PG, TERM_NONE, TERM_PG, TERM_NONE, TERM_PG, TERM_NONE, TERM_SFT, TERM_NONE]
+def test_every_kept_success_and_successful_retry_counts_positively():
+    """Issue #22 item 3: base returns [0.3, 1, 1, 0] with all but the 0 kept. GRPO within the group gave
+    the kept 0.3 episode (0.3 - 0.575) / std = -0.544 and a lone successful retry exactly 0; self-imitation
+    gives every kept sample its dataset's fixed coefficient, whatever the rest of its group scored."""
+    phase = np.array(["base", "base", "base", "base", "distill", "reflect", "reflect"])
+    keep = np.array([True, True, True, False, True, True, False])
+    coeffs = skl_sd_weights(phase, keep, lambda_distill=0.5, lambda_reflect=0.25)
+    assert coeffs.tolist() == [1.0, 1.0, 1.0, 0.0, 0.5, 0.25, 0.0]
+    assert all(c > 0 for c, k in zip(coeffs.tolist(), keep) if k)
+    assert skl_sd_terms(phase, keep).tolist() == [TERM_PG, TERM_PG, TERM_PG, TERM_NONE, TERM_PG, TERM_SFT, TERM_NONE]
+
+
+def test_discarded_samples_leave_the_normaliser():
+    """One kept row (3 tokens) beside discarded rows of 3 and 2 tokens: kept tokens get (3 + 3 + 2) / 3."""
+    mask = torch.tensor([[1, 1, 1], [1, 1, 1], [1, 1, 0]])
+    weights = skl_sd_kept_token_weights(np.array([True, False, False]), mask)
+    assert weights.flatten().tolist() == pytest.approx([8 / 3] * 3 + [0.0] * 6)
+    assert skl_sd_kept_token_weights(np.array([False, False, False]), mask).tolist() == [[0.0] * 3] * 3
 
 
 def test_three_terms_match_a_hand_computed_loss():
@@ -89,10 +97,10 @@ def test_registered_loss_and_term_weights_give_the_hand_computed_value():
     mask = torch.ones(3, 2, dtype=torch.bool)
     fields = {"skl_phase": np.array(["base", "reflect", "base"]), "skl_keep": np.array([True, True, False])}
     weights = TERM_WEIGHT_FNS["skl_sd_eq1"](fields, mask, None)
-    assert weights.tolist() == [[1.0, 1.0], [-1.0, -1.0], [0.0, 0.0]]
+    assert weights.flatten().tolist() == pytest.approx([1.5, 1.5, -1.5, -1.5, 0.0, 0.0])  # 6 tokens / 4 kept
     config = SimpleNamespace(clip_ratio_low=0.2, clip_ratio_high=0.2, global_batch_info={})
     loss, metrics = core_algos.get_policy_loss_fn("skl_sd_eq1")(old, new, advantages, mask, "token-mean", config, weights)
-    hand = (-1.2 - 1.0 + 0.25 * (0.3 + 0.7)) / 6  # the dropped base row counts in verl's token mean
+    hand = (-1.2 - 1.0 + 0.25 * (0.3 + 0.7)) / 4  # the mean over the 4 kept tokens: the dropped row is out
     assert loss.item() == pytest.approx(hand, rel=1e-6)
     assert metrics["actor/skl_sd_pg_loss"] == pytest.approx(-1.1)
     assert metrics["actor/skl_sd_sft_loss"] == pytest.approx(0.125)
@@ -115,5 +123,28 @@ def test_estimator_objectives(objective):
     }
     config = OmegaConf.create({"skl_sd": {"objective": objective, "lambda_distill": 0.5, "lambda_reflect": 0.25}})
     advantages, _ = core_algos.get_adv_estimator_fn("skl_sd")(rewards, mask, config=config, sample_fields=fields)
-    kept = 0.5 / math.sqrt(1 / 3) if objective == "policy_gradient" else 1.0
-    assert advantages[:, 0].tolist() == pytest.approx([kept, 0.0, kept, 0.0], rel=1e-5)
+    assert advantages[:, 0].tolist() == [1.0, 0.0, 1.0, 0.0]  # the same coefficients for both readings
+
+
+@pytest.mark.parametrize("loss_mode", ["skl_sd_eq1", "skl_weighted_nll"])
+def test_step_size_does_not_depend_on_how_many_samples_were_discarded(loss_mode):
+    """Issue #22 item 3: a kept row with log π = old log π = −1 per token gave loss −1.0 alone and −0.5 once
+    a discarded row of the same length sat beside it. Now both batches give −1.0 (A = 1, ratio 1; the
+    weighted NLL: −1·log π = 1 per token, so +1.0 in both)."""
+    from types import SimpleNamespace
+
+    from verl.trainer.ppo import core_algos
+
+    from skl_verl.trainer.registry import TERM_WEIGHT_FNS
+
+    config = SimpleNamespace(clip_ratio_low=0.2, clip_ratio_high=0.2, global_batch_info={})
+    fn = core_algos.get_policy_loss_fn(loss_mode)
+    expected = -1.0 if loss_mode == "skl_sd_eq1" else 1.0
+    for rows in (1, 2, 5):
+        logp = torch.full((rows, 4), -1.0)
+        advantages = torch.zeros(rows, 4)
+        advantages[0] = 1.0
+        mask = torch.ones(rows, 4)
+        fields = {"skl_phase": np.array(["base"] * rows), "skl_keep": np.array([True] + [False] * (rows - 1))}
+        loss, _ = fn(logp, logp, advantages, mask, "token-mean", config, TERM_WEIGHT_FNS[loss_mode](fields, mask, None))
+        assert loss.item() == pytest.approx(expected), rows
