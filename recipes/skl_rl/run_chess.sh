@@ -12,6 +12,9 @@
 #   CONFIG=skl_rl_chess_distill bash recipes/skl_rl/run_chess.sh  # distillation ablation (episode length 5), forward KL
 #   CONFIG=skl_rl_chess_distill bash recipes/skl_rl/run_chess.sh \
 #       actor_rollout_ref.rollout.agent.default_agent_loop=skl_rl_chess_distill_reverse   # reverse KL
+# A game's trace runs to 62,048 tokens (prompt + the authors' 60,000 response), past Qwen2.5-7B's 32,768
+# positions; vLLM refuses that length unless allowed, as the authors' scripts allow it.
+export VLLM_ALLOW_LONG_MAX_MODEL_LEN=${VLLM_ALLOW_LONG_MAX_MODEL_LEN:-1}
 ENV_NAME=chess_puzzles
 CONFIG=${CONFIG:-skl_rl_chess}
 RECIPE_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"

@@ -14,7 +14,7 @@ OUT_ROOT=${OUT_ROOT:-results/frozenlake_study}
 ITERATIONS=${ITERATIONS:-10}
 TRAIN_MAPS=${TRAIN_MAPS:-50}
 TEST_MAPS=${TEST_MAPS:-50}
-SIZE=${SIZE:-4}
+SIZE=${SIZE:-5}  # the authors' eval_bootstrap maps
 SEED=${SEED:-0}
 SLIPS=${SLIPS:-"1/3,1/3 0,2/3"}
 

@@ -272,7 +272,7 @@ def skl_rl_estimator(token_level_rewards, response_mask, sample_fields, options,
     """SKL-RL Eq. 4: GRPO on the interleaved traces (phase 'act', grouped per task) plus λ times
     the distillation term. Forward KL (Eq. 5): 'distill' samples (student context -> ẑ) get λ.
     Reverse KL (Eq. 6): each 'distill_teacher' probe scores the student's z under the teacher
-    context; the z tokens of its trace get -λ·(log π_student − log π_teacher) per token (the
+    context (its ``Z_SPAN``: z's start and end in the trace, z's start in the probe); the z tokens of its trace get -λ·(log π_student − log π_teacher) per token (the
     k1-reward policy-gradient form), from the old log-probs; probes themselves get 0.
     Options: ``SklRlOptions``."""
     coef = float(options.distill_coef)
@@ -295,8 +295,9 @@ def skl_rl_estimator(token_level_rewards, response_mask, sample_fields, options,
         mask = response_mask.to(advantages.dtype)
         for j in probes:  # one per real step with a teacher probe; spans differ in length
             i = trace_row[sample_fields[sf.TRAJECTORY_ID][j]]
-            start, end = (int(x) for x in sample_fields[skl_fields.Z_SPAN][j])
-            end = min(end, advantages.shape[1])
-            gap = old_log_probs[i, start:end] - old_log_probs[j, : end - start]
+            # [start, end) of z in the trace's response; the probe's z starts after its teacher context.
+            start, end, probe_start = (int(x) for x in sample_fields[skl_fields.Z_SPAN][j])
+            end = min(end, advantages.shape[1], start + old_log_probs.shape[1] - probe_start)
+            gap = old_log_probs[i, start:end] - old_log_probs[j, probe_start : probe_start + end - start]
             advantages[i, start:end] -= coef * gap.to(advantages.dtype) * mask[i, start:end]
     return advantages, returns

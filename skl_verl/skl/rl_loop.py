@@ -9,9 +9,10 @@ the trained trace and conditioned on z_{s_t} (everything it writes follows z in 
     user: s_t + admissible actions + knowledge question   | assistant: <knowledge>z</knowledge>
     user: "propose up to N candidates"                    | assistant: <move>a</move><move>b</move>...
     user: branch results after step 1 (context)
-    user: branch n, its state, "next move" (h = 2..H)     | assistant: <move>c</move>
+    user: branch n, its state, "your understanding"       | assistant: <knowledge>z_b</knowledge>   (h = 2..H)
+    user: "next move"                                      | assistant: <move>c</move>
     user: branch results after step h (context)  ...
-    user: the N simulated continuations + "update it"    | assistant: <knowledge>ẑ</knowledge>
+    user: the N branches' moves and outcomes + "update it" | assistant: <knowledge>ẑ</knowledge>
     user: action request                                  | assistant: <action>a_t</action>
 
 Every assistant turn has response_mask 1, so GRPO on the episode outcome trains the proposals and
@@ -27,7 +28,8 @@ holds only their rendering (context, mask 0).
 The whole interleaved trace is one sample trained with GRPO on the episode outcome (Eq. 4's
 first term, phase ``act``). Every ``distill_interval`` training steps the loop also emits, per real
 step, a distillation sample (phase ``distill``): the student context (the stream before z_{s_t}
-was written: s_t and the history) with the teacher's ẑ_{s_t} as the response. Trained with
+was written: s_t and the history, exactly as z was sampled in it, laid out as the trace's prompt plus
+untrained response tokens) with the teacher's ẑ_{s_t} as the trained response. Trained with
 weight λ (``algorithm.skl_rl.distill_coef``) this is sequence-level forward-KL distillation
 (Eq. 5, Supervised-KD on teacher samples): its gradient is λ·∇ log π(ẑ | s_t, H), an unbiased
 sample of the forward-KL gradient. With ``distill_kind: reverse`` (Eq. 6) the loop instead emits a
@@ -83,9 +85,13 @@ PROPOSE_REQUEST = (
 )
 BRANCH_REQUEST = (
     "Simulation branch {branch} (it began with {first}), step {step} of {horizon}. The branch is now at:\n"
-    "{observation}\n\nReply with this branch's next move inside <move>...</move>."
+    "{observation}\n\n{ask}"
 )
+BRANCH_MOVE_ASK = "Reply with this branch's next move inside <move>...</move>."
+# Two stages at every branch node, as at the real state (the authors' prompts): understanding, then the move.
+BRANCH_UNDERSTANDING_ASK = "First state your understanding of this branch state inside <knowledge>...</knowledge>."
 SIMULATION_OPTIONS = ("self", "random", "expert_mix")
+BRANCH_UNDERSTANDINGS = "skl_branch_understandings"  # per real step, the understanding written at each branch node
 MAX_BRANCH_OBSERVATION_CHARS = 1500  # one branch state in the trace; chess positions are ~700 characters
 # Only the tags are searched for; what lies between them is paired up in one pass (tagged_moves), so a
 # reply of many unclosed <move> tags is read once instead of once per tag.
@@ -165,13 +171,17 @@ class SklRlAgentLoop(StatefulAgentLoop):
         engine_path: str | None = None,
         distill_interval: Annotated[int, AtLeast(0)] = 0,
         distill_kind: Annotated[str, OneOf("forward", "reverse")] = "forward",
+        branch_understanding: bool = True,
         **kwargs: Any,
     ):
         """N simulations of horizon H per real step (chess: 3 and 2), by the policy itself (trained in the
         trace) or a behaviour policy shown as context (``random``; ``expert_mix``: Stockfish's move with
         probability ``expert_rate``); distillation samples every ``distill_interval`` steps (δ; 0: off),
-        forward (Eq. 5) or reverse (Eq. 6) KL."""
+        forward (Eq. 5) or reverse (Eq. 6) KL. ``branch_understanding``: in self-simulation every branch node
+        past the root is two turns, understanding then move, as the authors' prompts have it (False: the move only)."""
         super().__init__(*args, **kwargs)
+        self.branch_understanding = branch_understanding
+        self.branch_understandings: dict[int, list[str]] = {}  # real step -> the understanding written at each branch node
         self.distill_interval, self.distill_kind = distill_interval, distill_kind
         self._teacher_contexts: list[tuple[int, list[dict[str, str]]]] = []
         self.simulations, self.horizon = simulations, horizon
@@ -196,36 +206,56 @@ class SklRlAgentLoop(StatefulAgentLoop):
             for position, messages in self._teacher_contexts:
                 record = records[position]
                 if record.knowledge_end and record.knowledge_end <= len(stream):
-                    outputs.append(await self._teacher_probe(trace, record, position, messages, stream, sampling_params))
+                    probe = await self._teacher_probe(trace, record, position, messages, stream, sampling_params)
+                    outputs.extend([probe] if probe is not None else [])
         return outputs
 
     async def _teacher_probe(self, trace, record: KnowledgeStep, position: int, messages, stream: list[int], sampling_params):
-        """The student's z tokens as a response to the teacher context; scored, never trained."""
+        """The student's z tokens after the whole teacher context (the student context with this step's
+        simulations shown before z); scored, never trained (the estimator gives probes advantage 0).
+
+        The teacher context is laid out as the trace is: the trace's prompt, then the rest of the context
+        as response tokens, so it is never cut to ``prompt_length`` (issue 22 item 7). A probe longer
+        than the response budget is left out: the step then gets no reverse-KL credit."""
         z_ids = stream[record.context_tokens : record.knowledge_end]
+        teacher_ids = await self.ct_build_initial_tokens(messages)
+        split = min(len(trace.prompt_ids), len(teacher_ids))
+        prompt_ids, context_ids = teacher_ids[:split], teacher_ids[split:]
+        if len(context_ids) + len(z_ids) > self.response_length:
+            return None
         offset = len(trace.prompt_ids)
         fields = {
             sf.TRAJECTORY_ID: trace.extra_fields[sf.TRAJECTORY_ID], sf.SEQUENCE_ID: trace.extra_fields[sf.SEQUENCE_ID],
             sf.POSITION: position, sf.PHASE: "distill_teacher", sf.TOKEN_CREDIT: None,
-            # Where z sits in the trace's response: the estimator aligns the two samples' log-probs by it.
-            skl_fields.Z_SPAN: [record.context_tokens - offset, record.knowledge_end - offset],
+            # Where z sits in the trace's response, and where it starts in the probe's: the estimator aligns
+            # the two samples' log-probs by them.
+            skl_fields.Z_SPAN: [record.context_tokens - offset, record.knowledge_end - offset, len(context_ids)],
         }
-        prompt_ids = await self.ct_build_initial_tokens(messages)
-        logprobs, versions = await self.score_response(prompt_ids, z_ids, f"{fields[sf.TRAJECTORY_ID]}:probe{position}", sampling_params)
-        return single_turn_output(prompt_ids, z_ids, 0.0, fields, logprobs, self.weight_version_fields(versions), num_turns=2)
+        response_ids = context_ids + z_ids
+        logprobs, versions = await self.score_response(prompt_ids, response_ids, f"{fields[sf.TRAJECTORY_ID]}:probe{position}", sampling_params)
+        output = single_turn_output(prompt_ids, response_ids, 0.0, fields, logprobs, self.weight_version_fields(versions), num_turns=2)
+        # z keeps mask 1, as a probe always had: the trainer drops rows with no masked token before the
+        # estimator, which gives probes advantage 0, so nothing of the probe is trained.
+        output.response_mask = [0] * len(context_ids) + [1] * len(z_ids)
+        return output
 
     async def _distill_sample(self, trace: AgentLoopOutput, record: KnowledgeStep, position: int, context_ids: list[int], sampling_params):
+        """π(ẑ | the student context z was sampled in): the trace's prompt, the stream up to z as context
+        tokens (response_mask 0), then ẑ (mask 1). The context is exactly the one z was sampled in, never
+        cut to ``prompt_length`` (issue 22 item 7); ẑ is cut at the response budget."""
         target = f"<knowledge>{record.refined_knowledge}</knowledge>"
-        response_ids = encode_as_text(target, self.tokenizer) + [self.tokenizer.eos_token_id]
-        response_ids = response_ids[: self.response_length]
+        prompt_ids, history_ids = context_ids[: len(trace.prompt_ids)], context_ids[len(trace.prompt_ids):]
+        target_ids = encode_as_text(target, self.tokenizer) + [self.tokenizer.eos_token_id]
+        target_ids = target_ids[: max(0, self.response_length - len(history_ids))]
         fields = {
             sf.TRAJECTORY_ID: trace.extra_fields[sf.TRAJECTORY_ID], sf.SEQUENCE_ID: trace.extra_fields[sf.SEQUENCE_ID],
             sf.POSITION: position, sf.PHASE: "distill", sf.TOKEN_CREDIT: None, skl_fields.DISTILL_STATE: record.state_key,
         }
-        # Long histories are left-truncated to rollout.prompt_length, as verl does for any prompt: the state
-        # and z's context are at the end.
-        prompt_ids = context_ids[-int(self.rollout_config.prompt_length):]
+        response_ids = history_ids + target_ids
         logprobs, versions = await self.score_response(prompt_ids, response_ids, f"{fields[sf.TRAJECTORY_ID]}:distill{position}", sampling_params)
-        return single_turn_output(prompt_ids, response_ids, 0.0, fields, logprobs, self.weight_version_fields(versions), num_turns=2)
+        output = single_turn_output(prompt_ids, response_ids, 0.0, fields, logprobs, self.weight_version_fields(versions), num_turns=2)
+        output.response_mask = [0] * len(history_ids) + [1] * len(target_ids)
+        return output
 
     def episode_fields(self, episode: EpisodeResult) -> dict[str, Any]:
         steps = episode.knowledge_steps
@@ -236,6 +266,7 @@ class SklRlAgentLoop(StatefulAgentLoop):
             ],
             skl_fields.SIMULATED_STEPS: sum(s.simulated_steps for s in steps),
             skl_fields.ROOT_CANDIDATES: [len(s.root_candidates) for s in steps],
+            BRANCH_UNDERSTANDINGS: [self.branch_understandings.get(i, []) for i in range(len(steps))],
         }
 
     async def before_action(self, context: TurnContext, episode: EpisodeResult, step: KnowledgeStep) -> bool:
@@ -257,7 +288,7 @@ class SklRlAgentLoop(StatefulAgentLoop):
                 branches = []
         step.simulated_steps = sum(len(b.steps) for b in branches)
         step.simulated_wins = sum(int(b.won) for b in branches)
-        text = render_branches(branches) if branches else "(simulation unavailable)"
+        text = self._render_simulations(branches)
         if self.distill_kind == "reverse" and step.knowledge_end is not None:
             # Teacher context for z: the student context with the simulations shown before z.
             # Re-rendered from text, so the policy's own earlier replies are untrusted here too.
@@ -265,7 +296,9 @@ class SklRlAgentLoop(StatefulAgentLoop):
                 {**m, "content": neutralise_special_tokens(m["content"], self.tokenizer)}
                 for m in context.stream.messages[: step.context_messages]
             ]
-            hint = TEACHER_HINT.format(n=len(branches), h=self.horizon, branches=text)
+            # The teacher's context holds none of the trace's simulator turns, so the states are shown in full.
+            shown = render_branches(branches) if branches else text
+            hint = TEACHER_HINT.format(n=len(branches), h=self.horizon, branches=shown)
             messages[-1]["content"] += "\n\n" + neutralise_special_tokens(hint, self.tokenizer)
             self._teacher_contexts.append((len(episode.knowledge_steps) - 1, messages))
         request = REFINE_REQUEST.format(n=len(branches), h=self.horizon, branches=text)
@@ -313,13 +346,17 @@ class SklRlAgentLoop(StatefulAgentLoop):
                         options = await self._env_call(timing, env.admissible_actions)
                         # Shown as the real turn shows it (the env's compact rendering when it has one:
                         # chess lists at most 30 unmarked moves); matched against every admissible action.
-                        request = BRANCH_REQUEST.format(
-                            branch=b + 1, first=candidates[b], step=h + 1, horizon=self.horizon,
-                            observation=render_turn(observation, await self._prompt_actions(env, timing)),
-                        )
-                        if not await self.add_context(stream, "user", request):
-                            return None
-                        reply = await self.generate(context)
+                        shown = render_turn(observation, await self._prompt_actions(env, timing))
+                        node = dict(branch=b + 1, first=candidates[b], step=h + 1, horizon=self.horizon, observation=shown)
+                        if self.branch_understanding:
+                            understanding = await self._ask(context, BRANCH_REQUEST.format(**node, ask=BRANCH_UNDERSTANDING_ASK))
+                            if understanding is None:
+                                return None
+                            self.branch_understandings.setdefault(len(episode.knowledge_steps) - 1, []).append(
+                                self.read_knowledge(understanding, episode)[0])
+                            reply = await self._ask(context, BRANCH_MOVE_ASK)
+                        else:
+                            reply = await self._ask(context, BRANCH_REQUEST.format(**node, ask=BRANCH_MOVE_ASK))
                         if reply is None:
                             return None
                         chosen = proposed_moves(reply, options, 1)
@@ -349,6 +386,21 @@ class SklRlAgentLoop(StatefulAgentLoop):
             if not env_lost:
                 await self._env_call(timing, env.set_state, root)
         return [Branch(b, root_key, self.horizon, tuple(s for s in branch_steps if s.action)) for b, branch_steps in enumerate(steps)]
+
+    def _render_simulations(self, branches: list[Branch]) -> str:
+        """τ^H_N(s_t) for the refine request. Self-simulation already showed every branch state in the trace
+        (the simulator's results after each step), so only moves, rewards and outcomes are restated; a
+        behaviour policy's branches are shown here alone, observations included. Re-showing the states
+        cost ~4,000 characters a move and kept a 10-move game out of its budget (issue 22 item 6)."""
+        if not branches:
+            return "(simulation unavailable)"
+        return render_branches(branches, observations=self.simulation_policy != "self")
+
+    async def _ask(self, context: TurnContext, request: str) -> str | None:
+        """One user request and the policy's trained reply; None when the response budget ran out."""
+        if not await self.add_context(context.stream, "user", request):
+            return None
+        return await self.generate(context)
 
     @staticmethod
     def _stopped_step(state_key: str) -> SimStep:

@@ -255,7 +255,10 @@ def test_skl_rl_distillation_ablation_config():
     config = load("skl_rl_chess_distill", recipe=SKL_RL)
     assert config.algorithm.adv_estimator == "skl_rl" and config.trainer.v1.trainer_mode == "skl_sync"
     loop = agent_loop_entry(config.actor_rollout_ref.rollout.agent.default_agent_loop)
-    assert (loop.max_turns, loop.distill_interval, loop.simulations, loop.horizon) == (5, 1, 3, 2)
+    # The authors' distillation script: self-generated simulation, N=3, H=1 (issue 22 item 8).
+    assert (loop.max_turns, loop.distill_interval, loop.simulations, loop.horizon) == (5, 1, 3, 1)
+    assert loop.simulation_policy == "self"
+    assert config.data.max_response_length == 60000  # the authors' budget: a whole game fits (item 6)
 
 
 @pytest.mark.parametrize("env", ENVS)

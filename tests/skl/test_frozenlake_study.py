@@ -94,6 +94,7 @@ class ScriptedStandInClient:
             self.reflections.append(("state", (r, c), reply))
         else:
             reply = f"<knowledge>act {r},{c}</knowledge><action>{'right' if c < 3 else 'down'}</action>"
+        self.sampling_params = dict(sampling_params)
         return TokenOutput(token_ids=self.tokenizer(reply, add_special_tokens=False)["input_ids"])
 
     def reflection_prompts(self):
@@ -105,10 +106,11 @@ def _knowledge(reply: str) -> str:
     return re.search(r"<(?:knowledge|reflection)>(.*)</", reply).group(1)
 
 
-def _scripted_study(tmp_path, tokenizer, method, iterations=2, maps=(CORRIDOR,), test_maps=0):
+def _scripted_study(tmp_path, tokenizer, method, iterations=2, maps=(CORRIDOR,), test_maps=0, refine_failed_only=False):
+    """The corridor is always won, so these studies reflect after every episode unless told otherwise."""
     client = ScriptedStandInClient(tokenizer)
     config = StudyConfig(iterations=iterations, train_maps=1, test_maps=test_maps, slip=(0.0, 0.0), max_steps=8,
-                         methods=(method,), concurrency=1, plot=False)
+                         methods=(method,), concurrency=1, plot=False, refine_failed_only=refine_failed_only)
     study = FrozenLakeStudy(client, tokenizer, config, tmp_path / method, maps=list(maps))
     results = asyncio.run(study.run())
     return client, study, results
@@ -205,6 +207,30 @@ def test_stateful_transfer_uses_neighbourhood_keys(tmp_path, tokenizer):
     shown = ["learnt on a different map" in p for p in test_prompts]
     assert shown == [True, True, True, True, False, False]
     assert "<knowledge>Z[0,0]" in test_prompts[0]
+
+
+TRAP = ["SFHF", "FFFF", "FFFF", "FFFG"]  # the corridor script walks right into the hole at (0, 2)
+
+
+@pytest.mark.parametrize("method", ["stateful_bootstrap", "stateful_root", "trajectory"])
+def test_only_failed_training_episodes_are_refined_by_default(tmp_path, tokenizer, method):
+    """Issue 22 item 10, the authors' eval_bootstrap: a won episode gets no reflection, a failed one does."""
+    won, _, _ = _scripted_study(tmp_path / "won", tokenizer, method, iterations=2, refine_failed_only=True)
+    assert won.reflections == []
+    lost, study, _ = _scripted_study(tmp_path / "lost", tokenizer, method, iterations=2, maps=(TRAP,), refine_failed_only=True)
+    per_episode = 2 if method == "stateful_bootstrap" else 1  # bootstrap refines (0,0) and (0,1) backward
+    assert len(lost.reflections) == 2 * per_episode
+    assert all(e.outcome == "hole" for e in study.episodes)
+
+
+def test_study_defaults_are_the_authors_eval_bootstrap(tmp_path, tokenizer):
+    """Size-5 maps, greedy decoding, reflection only after failures (the CLI and the script agree)."""
+    config = StudyConfig()
+    assert (config.size, config.temperature, config.refine_failed_only) == (5, 0.0, True)
+    args = cli.build_parser().parse_args(["--model", "m"])
+    assert (args.size, args.temperature, args.refine_every_episode) == (5, 0.0, False)
+    client, _, _ = _scripted_study(tmp_path, tokenizer, "retry", iterations=1)
+    assert client.sampling_params["temperature"] == 0.0
 
 
 # --------------------------------------------------------------------------- end to end on CPU

@@ -27,8 +27,10 @@ class ThreeStagePolicy:
         last_user = self.tokenizer.decode(prompt_ids).rsplit("<|im_start|>user", 1)[-1]
         if "candidate actions in a simulator" in last_user:
             text = PROPOSAL
-        elif "Simulation branch" in last_user:
+        elif "Simulation branch" in last_user:  # a branch node: understanding first (the move is asked next)
             self.branch_requests.append(last_user)
+            text = "<knowledge>branch view</knowledge>"
+        elif "this branch's next move" in last_user:
             text = "<move>right</move>"
         elif "Simulated continuations" in last_user:
             self.refine_prompts.append(last_user)
@@ -218,11 +220,14 @@ def test_distillation_samples_train_the_student_context_on_z_hat(tmp_path, tiny_
         if phase != "distill":
             continue
         assert adv[i].item() == pytest.approx(0.3)
-        response = tok.decode(data.batch["responses"][i][data.batch["response_mask"][i].bool()], skip_special_tokens=True)
+        mask = data.batch["response_mask"][i].bool()
+        response = tok.decode(data.batch["responses"][i][mask], skip_special_tokens=True)
         assert response == "<knowledge>refined: the ice slips sideways</knowledge>"
+        # The student context is the trace's prompt plus the untrained history before z (item 7).
         prompt = tok.decode(data.batch["prompts"][i], skip_special_tokens=True)
-        assert prompt.rstrip().endswith("assistant") and "Before acting, write your understanding" in prompt
-        assert "Simulated continuations" not in prompt.rsplit("user", 1)[-1], "the student must not see this step's simulations"
+        context = prompt + tok.decode(data.batch["responses"][i][~mask & data.batch["attention_mask"][i, -mask.numel():].bool()], skip_special_tokens=True)
+        assert context.rstrip().endswith("assistant") and "Before acting, write your understanding" in context
+        assert "Simulated continuations" not in context.rsplit("user", 1)[-1], "the student must not see this step's simulations"
         # Every output carries rollout log-probs (scored by the server), so none is dropped from the batch.
         assert data.batch["rollout_log_probs"][i][data.batch["response_mask"][i].bool()].eq(-1.0).all()
 
@@ -241,11 +246,13 @@ def test_reverse_kl_credits_student_z_tokens_with_teacher_gap(tmp_path, tiny_mod
             continue
         assert adv[j].abs().sum().item() == 0, "teacher probes must not be trained"
         i = trace_of[fields["skl_trajectory_id"][j]]
-        start, end = fields["skl_z_span"][j]
-        assert torch.equal(data.batch["responses"][i, start:end], data.batch["responses"][j, : end - start])
-        assert tok.decode(data.batch["responses"][j, : end - start], skip_special_tokens=True) == "<knowledge>first impression</knowledge>"
-        assert "Simulated continuations" in tok.decode(data.batch["prompts"][j], skip_special_tokens=True)
-        expected = -0.5 * (lp[i, start:end] - lp[j, : end - start])
+        start, end, probe_start = fields["skl_z_span"][j]
+        probe_z = slice(probe_start, probe_start + end - start)
+        assert torch.equal(data.batch["responses"][i, start:end], data.batch["responses"][j, probe_z])
+        assert tok.decode(data.batch["responses"][j, probe_z], skip_special_tokens=True) == "<knowledge>first impression</knowledge>"
+        teacher = tok.decode(data.batch["prompts"][j], skip_special_tokens=True) + tok.decode(data.batch["responses"][j, :probe_start], skip_special_tokens=True)
+        assert "Simulated continuations" in teacher
+        expected = -0.5 * (lp[i, start:end] - lp[j, probe_z])
         z_rows.append((i, start, end, expected))
     # Both trials scored the same, so the GRPO part is 0 and the z tokens carry exactly the KL credit.
     for i, start, end, expected in z_rows:

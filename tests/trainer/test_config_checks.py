@@ -184,7 +184,7 @@ def composed(recipe, config_name, overrides=()):
 
 
 RESCORING = [("knowledge_weaver", "kw_alfworld", 6000), ("skl_sd", "skl_sd_webshop", 12288),
-             ("skl_rl", "skl_rl_chess_distill", 18432)]
+             ("skl_rl", "skl_rl_chess_distill", 62048)]
 """Recipes whose loops rescore with prompt_logprobs, and their longest rescoring (max prompt + response)."""
 
 

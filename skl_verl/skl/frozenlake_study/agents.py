@@ -83,6 +83,10 @@ class Agent:
     async def update(self, episode: Episode) -> None:
         return None
 
+    def observe(self, episode: Episode) -> None:
+        """A training episode that gets no reflection (a won one, with ``refine_failed_only``)."""
+        return None
+
     def prepare_test(self) -> None:
         return None
 
@@ -200,6 +204,9 @@ class StatefulAgent(Agent):
                 note = TRANSFER_NOTE if episode.phase == "test" else ""
                 decision.blocks.append(f"Your knowledge of the start state of this map{note}:\n{root}")
         return decision
+
+    def observe(self, episode: Episode) -> None:
+        self.record(episode)  # its continuations still inform later refinements
 
     def record(self, episode: Episode) -> None:
         moves = episode.moves

@@ -10,7 +10,7 @@ Run::
 
     python -m skl_verl.skl.frozenlake_study --endpoint http://localhost:8000/v1 --served-model Qwen3 \\
         --tokenizer Qwen/Qwen3-235B-A22B --iterations 10 --train-maps 50 --test-maps 50 \\
-        --slip 1/3,1/3 --size 4 --out results/frozenlake_study
+        --slip 1/3,1/3 --size 5 --out results/frozenlake_study
 
 (``--model HF_PATH`` runs a local Hugging Face model through the CPU/GPU stand-in client instead.)
 """
@@ -44,11 +44,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--train-maps", type=int, default=50)
     p.add_argument("--test-maps", type=int, default=50)
     p.add_argument("--slip", default="1/3,1/3", help="p_left,p_right, e.g. 1/3,1/3 or 0,2/3")
-    p.add_argument("--size", type=int, default=4)
+    p.add_argument("--size", type=int, default=5, help="map side (the authors' eval_bootstrap: 5)")
     p.add_argument("--p-frozen", type=float, default=0.8)
     p.add_argument("--max-steps", type=int, default=20, help="attempts (and env steps) per episode")
     p.add_argument("--max-new-tokens", type=int, default=1024)
-    p.add_argument("--temperature", type=float, default=0.7)
+    p.add_argument("--temperature", type=float, default=0.0, help="0: greedy (the authors' eval_bootstrap)")
+    p.add_argument("--refine-every-episode", action="store_true",
+                   help="reflect after won training episodes too (default: only after failed ones, as the authors)")
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--n-continuations", type=int, default=3, help="N: recorded continuations per refinement")
     p.add_argument("--neighbourhood-radius", type=int, default=1, help="transfer key: (2r+1)^2 tiles around the player")
@@ -80,7 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         iterations=args.iterations, train_maps=args.train_maps, test_maps=args.test_maps, size=args.size,
         p_frozen=args.p_frozen, slip=parse_slip(args.slip), seed=args.seed, max_steps=args.max_steps,
         max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
-        n_continuations=args.n_continuations, neighbourhood_radius=args.neighbourhood_radius,
+        refine_failed_only=not args.refine_every_episode, n_continuations=args.n_continuations, neighbourhood_radius=args.neighbourhood_radius,
         concurrency=args.concurrency, methods=tuple(m.strip() for m in args.methods.split(",") if m.strip()),
         chat_template_kwargs={"enable_thinking": False} if args.no_thinking else {}, plot=not args.no_plot,
     )

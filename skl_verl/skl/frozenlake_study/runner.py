@@ -50,14 +50,16 @@ class StudyConfig:
     iterations: int = 10
     train_maps: int = 50
     test_maps: int = 50
-    size: int = 4
+    size: int = 5  # the authors' eval_bootstrap maps
     p_frozen: float = 0.8
     slip: tuple[float, float] = (1 / 3, 1 / 3)
     seed: int = 0
     max_steps: int = 20
     max_new_tokens: int = 1024
-    temperature: float = 0.7
+    temperature: float = 0.0  # greedy, as the authors' eval_bootstrap decodes
     top_p: float = 1.0
+    refine_failed_only: bool = True
+    """Reflect only after a failed training episode (the authors' eval_bootstrap); False: after every one."""
     n_continuations: int = 3
     neighbourhood_radius: int = 1
     concurrency: int = 32
@@ -206,7 +208,10 @@ class FrozenLakeStudy:
     async def _run_episode(self, agent: Agent, map_index: int, phase: str, iteration: int, env: FrozenLakeEnv) -> Episode:
         episode = await self.play_episode(agent, map_index, phase, iteration, env)
         if phase == "train":
-            await agent.update(episode)
+            if episode.won and self.config.refine_failed_only:
+                agent.observe(episode)  # a won episode is kept as experience, not reflected on
+            else:
+                await agent.update(episode)
         self.episodes.append(episode)
         self._episodes_file.write(json.dumps(episode.to_record(), ensure_ascii=False) + "\n")
         self._episodes_file.flush()
