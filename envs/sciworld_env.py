@@ -97,6 +97,7 @@ naming the call, task, variation and action; a missing package or Java raises
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import os
@@ -359,7 +360,8 @@ class SciWorldEnv(TextEnv):
         if processes is None:
             processes = min(os.cpu_count() or 1, 8, max(1, len(missing) // 10))
         lengths = sciworld_gold.measure(missing, lambda name, variation: len(self.gold_action_sequence_for(name, variation)),
-                                        self._construction, processes, self._gold_cache_path())
+                                        functools.partial(SciWorldEnv, **self._construction, gold_cache_dir=None),
+                                        processes, self._gold_cache_path())
         self.set_tasks([self._spec(s.metadata["task_name"], s.metadata["variation"],
                                    lengths.get((s.metadata["task_name"], s.metadata["variation"]), s.metadata["gold_length"]))
                         for s in self.tasks()])

@@ -78,13 +78,14 @@ def write_cache(path: Path | None, lengths: dict[Pair, int]) -> None:
 def measure(
     pairs: list[Pair],
     measure_here: Callable[[str, int], int],
-    env_kwargs: dict[str, Any],
+    make_env: Callable[[], Any],
     processes: int,
     path: Path | None,
 ) -> dict[Pair, int]:
     """Gold lengths of ``pairs``: in this process with ``measure_here`` when ``processes`` is 1, else in
-    ``processes`` spawned workers, each building ``SciWorldEnv(**env_kwargs)`` once. Prints progress and
-    an estimate of the time left to stderr; saves to ``path`` every SAVE_EVERY results."""
+    ``processes`` spawned workers, each building its env once with ``make_env`` (picklable, e.g. a
+    ``functools.partial`` of the env class). Prints progress and an estimate of the time left to stderr;
+    saves to ``path`` every SAVE_EVERY results."""
     out: dict[Pair, int] = {}
     started = time.monotonic()
     print(f"sciworld: measuring the gold action sequences of {len(pairs)} variations in {processes} process(es) "
@@ -105,7 +106,7 @@ def measure(
             done(pair, measure_here(*pair))
     else:
         with ProcessPoolExecutor(processes, mp_context=get_context("spawn"), initializer=_start_worker,
-                                 initargs=(env_kwargs,)) as pool:
+                                 initargs=(make_env,)) as pool:
             futures = {pool.submit(_measure_in_worker, pair): pair for pair in pairs}
             for future in as_completed(futures):
                 done(futures[future], future.result())
@@ -116,11 +117,9 @@ def measure(
 _WORKER_ENV: Any = None
 
 
-def _start_worker(env_kwargs: dict[str, Any]) -> None:
+def _start_worker(make_env: Callable[[], Any]) -> None:
     global _WORKER_ENV
-    from envs.sciworld_env import SciWorldEnv
-
-    _WORKER_ENV = SciWorldEnv(**{**env_kwargs, "gold_cache_dir": None})
+    _WORKER_ENV = make_env()
 
 
 def _measure_in_worker(pair: Pair) -> int:
