@@ -103,6 +103,11 @@ def env_task_specs(settings: KWSettings) -> tuple[Any, ...]:
     return _env_specs(settings.env_name, json.dumps(settings.env_kwargs, sort_keys=True))
 
 
+def task_families(settings: KWSettings) -> dict[str, str]:
+    """Each task's family (ALFWorld: its type; WebShop: its goal category), the type its retrieval query names."""
+    return {s.task_id: s.family for s in env_task_specs(settings)}
+
+
 def reward_tasks(settings: KWSettings, task_type: str, step: int, slot: int) -> list[tuple[str, int]]:
     """D_i: ``kw.reward.tasks`` (task id, executor seed) pairs of the slot's type, the same for every
     session of the group and every condition."""
@@ -319,7 +324,11 @@ class KnowledgeWeaverCuratorLoop(AgentLoopBase):
             use_bank = self.kw.bank["enabled"] and bank and self.kw.bank["top_m"] > 0
             if use_bank:
                 resets = await asyncio.gather(*(self._reset(t, seed) for t, seed in chosen))
-                queries = [retrieval_query(task_type, task_description(info, obs), obs) for obs, info in resets]
+                # The query names the task's own family (WebShop: its goal category), as evaluation does
+                # and as the authors' one query builder does, not the slot's type ("webshop" for every task).
+                families = task_families(self.kw)
+                queries = [retrieval_query(families[t], task_description(info, obs), obs)
+                           for (t, _), (obs, info) in zip(chosen, resets)]
                 entries = [BankEntry(e.entry_id, e.text) for e in bank]
                 ranked = _PROCESS.retriever(self.kw).rank(queries, entries, self.kw.bank["top_m"])
                 retrieved = [tuple(bank[i].text for i in row) for row in ranked]
