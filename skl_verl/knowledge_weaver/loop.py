@@ -36,6 +36,7 @@ from skl_verl.knowledge_weaver.entries import (
 from skl_verl.knowledge_weaver.executor import (
     ExecutorEpisode,
     FrozenExecutor,
+    executor_style,
     task_description,
 )
 from skl_verl.knowledge_weaver.pool import (
@@ -44,7 +45,7 @@ from skl_verl.knowledge_weaver.pool import (
     is_usable,
     sample_context,
 )
-from skl_verl.knowledge_weaver.prompts import fit_curator_prompt
+from skl_verl.knowledge_weaver.prompts import curator_view, fit_curator_prompt
 from skl_verl.knowledge_weaver.retrieval import (
     BankEntry,
     BM25Retriever,
@@ -147,7 +148,7 @@ class _Process:
             self.executors[key] = FrozenExecutor(
                 client, tokenizer, max_steps=options["max_steps"], max_tokens=options["max_tokens"],
                 memory_steps=options["memory_steps"], observation_chars=options["observation_chars"],
-                env_timeout_s=options["env_timeout_s"],
+                env_timeout_s=options["env_timeout_s"], style=executor_style(settings.env_name),
             )
         return self.executors[key]
 
@@ -302,7 +303,9 @@ class KnowledgeWeaverCuratorLoop(AgentLoopBase):
                                       seed=stable_seed(f"{self.kw.seed}:{step}:{slot}:context"))
             _, ids, _ = fit_curator_prompt(self.tokenizer, self.kw.env_name, task_type, episodes, self.prompt_budget,
                                            max_words=self.kw.entry["max_words"],
-                                           chat_template_kwargs=dict(self.apply_chat_template_kwargs or {}))
+                                           chat_template_kwargs=dict(self.apply_chat_template_kwargs or {}),
+                                           view=curator_view(self.kw.env_name, self.kw.context["max_steps"],
+                                                             self.kw.context["observation_chars"]))
             return ids
 
         task, _ = _PROCESS.single_flight(_PROCESS.contexts, (self.kw.state_dir, step, slot), build)

@@ -24,7 +24,7 @@ class GuidanceFollowingExecutor:
         assert sampling_params["temperature"] == 0.0
         self.requests.append(request_id)
         text = self.tokenizer.decode(prompt_ids)
-        guidance = text.split("Guidance:\n", 1)[1].split("<|im_end|>", 1)[0]
+        guidance = text.split("Guidance skill:\n", 1)[1].split("<|im_end|>", 1)[0]
         words = re.findall(r"\b(" + "|".join(MOVES) + r")\b", guidance.lower())
         step = text.count("Memory step ")
         move = words[step % len(words)] if words else "left"
