@@ -299,3 +299,16 @@ def test_the_readme_has_a_row_for_each_setting_and_the_package_says_what_it_hold
                     "step plan and update-type order", "WebShop retrieval query", "executor"):
         assert setting in rows, setting
         assert rows[setting].count("|") == 6, setting  # setting, paper, authors, ours, why
+
+
+def test_the_executor_defaults_to_the_papers_qwen35_and_the_installed_packages_know_it():
+    """Item 4: the paper's frozen executor is Qwen3.5-4B; transformers (and vLLM, where installed) register it."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    base = (RECIPE_CONFIG / "kw_base.yaml").read_text()
+    assert "model: ${oc.env:KW_EXECUTOR_MODEL,Qwen/Qwen3.5-4B}" in base
+    assert "tokenizer: ${oc.env:KW_EXECUTOR_MODEL,Qwen/Qwen3.5-4B}" in base
+    assert "qwen3_5" in CONFIG_MAPPING
+    registry = Path(sys.modules["transformers"].__file__).parents[1] / "vllm" / "model_executor" / "models" / "registry.py"
+    if registry.exists():  # vLLM's table, read as text: importing vLLM costs seconds
+        assert '"Qwen3_5ForConditionalGeneration"' in registry.read_text()
