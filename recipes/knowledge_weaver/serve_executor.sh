@@ -8,7 +8,7 @@
 # It listens on HOST (127.0.0.1: this machine only) unless told otherwise; a HOST other machines can reach
 # needs KW_EXECUTOR_API_KEY, which vLLM then requires of every request.
 set -euo pipefail
-EXECUTOR_MODEL=${KW_EXECUTOR_MODEL:-Qwen/Qwen3-4B}
+EXECUTOR_MODEL=${KW_EXECUTOR_MODEL:-Qwen/Qwen3.5-4B}  # the paper's executor (vLLM 0.27.1 registers Qwen3_5ForConditionalGeneration)
 EXECUTOR_GPUS=${EXECUTOR_GPUS:-2,3,4,5,6,7}
 HOST=${HOST:-127.0.0.1}
 PORT=${PORT:-30080}

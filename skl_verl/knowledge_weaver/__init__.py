@@ -1,5 +1,6 @@
-"""Knowledge Weaver: a curator of knowledge entries trained with execution feedback and token MI
-credit, the executor frozen. Built so far: the credit and advantage equations and MI rescoring
-(``credit.py``), bank retrieval (``retrieval.py``), the step plan, admission rule and bank versions
-(``state.py``), entry validity, body tokens and guidance text (``entries.py``), the frozen executor
-(``executor.py``) and the curator prompt (``prompts.py``). No curator loop or recipe yet."""
+"""Knowledge Weaver: a curator of knowledge entries trained with execution feedback and token MI credit,
+the executor frozen. The curator loop (``loop.py``, agent loop ``kw_curator``), the estimator
+(``credit.py``), bank admission after each step (``hook.py``, ``state.py``), the frozen executor
+(``executor.py``), the curator prompt and trajectory renderer (``prompts.py``), retrieval, the pool and
+dataset builder (``build.py``), and the bank-generation and k-sweep evaluation CLIs (``generate_bank.py``,
+``evaluate.py``); registered by ``recipe.py``, run by recipes/knowledge_weaver/."""

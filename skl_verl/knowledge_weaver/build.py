@@ -30,8 +30,11 @@ from skl_verl.knowledge_weaver.pool import PoolEpisode, is_usable, write_pool
 from skl_verl.knowledge_weaver.settings import KWSettings, kw_settings
 from skl_verl.knowledge_weaver.state import step_plan
 
-ALFWORLD_TYPE_ORDER = ("Pick", "Clean", "Heat", "Cool", "Look", "Pick2")
-"""The paper's order of the ALFWorld types (its tables; the step plan rotates it)."""
+ALFWORLD_TYPE_ORDER = ("Pick", "Look", "Heat", "Pick2", "Clean", "Cool")
+"""The authors' order of the ALFWorld types (configs/train_alfworld.yaml ``task_types``: pick_and_place_simple,
+look_at_obj_in_light, pick_heat..., pick_two_obj..., pick_clean..., pick_cool...). The step plan rotates this
+list and the update types are a seeded sample of it, so another order (e.g. the paper's table order) gives
+another schedule for the same seed."""
 
 
 def task_types(settings: KWSettings) -> list[str]:

@@ -13,9 +13,11 @@
 
 Per task: reset, the retrieval query (task type, description, first observation), the top k entries
 of each bank (ranked once per bank; ties by entry id), the guidance fixed for the episode, the frozen
-executor at temperature 0. Episodes are keyed by (task, guidance): the same guidance is played once
-(k = 0 for every bank, or a k above the bank size), so each bank keeps its own k = 0 control at no
-extra cost. Metrics per bank and k: success rate overall and per task type, score = 100 x mean episode
+executor at temperature 0. Bank r (0-based, in --bank order) is one run, played with executor and env seed
+--seed + r; its k = 0 control (no guidance) is played in the same run with the same seed, so the control
+has as many runs and seeds as there are banks and its std is over them, as the paper's 24.6 ± 1.5 (each
+curve keeps its own k = 0 control, App. E.4). Episodes are keyed by (task, guidance, seed): within a run the
+same guidance is played once (a k above the bank size). Metrics per bank and k: success rate overall and per task type, score = 100 x mean episode
 reward (WebShop), success = won or reward >= 0.999999; mean and sample std over banks; guidance-block
 tokens in the executor's tokenizer (0 without guidance). Jaccard overlap (§4.3): at k (10), the tasks
 each entry is retrieved for; the mean over pairs of retrieved entries of |A & B| / |A | B|, averaged over
@@ -44,6 +46,7 @@ from skl_verl.knowledge_weaver.entries import format_guidance
 from skl_verl.knowledge_weaver.executor import (
     ExecutorEpisode,
     FrozenExecutor,
+    executor_style,
     task_description,
 )
 from skl_verl.knowledge_weaver.generate_bank import read_bank
@@ -117,20 +120,26 @@ def mean_std(values: Sequence[float]) -> tuple[float, float | None]:
     return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else None)
 
 
-async def play_episodes(executor: FrozenExecutor, env_factory: Callable[[], Any], jobs: Sequence[tuple[str, str]],
-                        workers: int, seed: int) -> dict[tuple[str, str], ExecutorEpisode]:
-    """Play each (task id, guidance) once, ``workers`` at a time, each worker on its own env."""
+def run_seed(seed: int, run: int) -> int:
+    """The executor and env seed of run ``run`` (bank ``run`` and its k = 0 control)."""
+    return seed + run
+
+
+async def play_episodes(executor: FrozenExecutor, env_factory: Callable[[], Any], jobs: Sequence[tuple[str, str, int]],
+                        workers: int) -> dict[tuple[str, str, int], ExecutorEpisode]:
+    """Play each (task id, guidance, seed) once, ``workers`` at a time, each worker on its own env."""
     queue: asyncio.Queue[tuple[int, tuple[str, str]]] = asyncio.Queue()
     for number, job in enumerate(jobs):
         queue.put_nowait((number, job))
-    episodes: dict[tuple[str, str], ExecutorEpisode] = {}
+    episodes: dict[tuple[str, str, int], ExecutorEpisode] = {}
 
     async def worker() -> None:
         env = env_factory()
         try:
             while not queue.empty():
-                number, (task_id, guidance) = queue.get_nowait()
-                episodes[task_id, guidance] = await executor.play(env, task_id, guidance, seed, request_id=f"eval{number}")
+                number, (task_id, guidance, seed) = queue.get_nowait()
+                episodes[task_id, guidance, seed] = await executor.play(env, task_id, guidance, seed,
+                                                                        request_id=f"eval{number}")
                 if len(episodes) % 50 == 0:
                     print(f"{len(episodes)}/{len(jobs)} episodes", file=sys.stderr, flush=True)
         finally:
@@ -140,10 +149,10 @@ async def play_episodes(executor: FrozenExecutor, env_factory: Callable[[], Any]
     return episodes
 
 
-def bank_metrics(tasks: Sequence[EvalTask], guidance: Sequence[str], episodes: dict[tuple[str, str], ExecutorEpisode],
-                 types: Sequence[str]) -> dict[str, Any]:
-    """SR % (overall and per type) and score (100 x mean reward) of one bank at one k."""
-    played = [episodes[task.task_id, text] for task, text in zip(tasks, guidance)]
+def bank_metrics(tasks: Sequence[EvalTask], guidance: Sequence[str],
+                 episodes: dict[tuple[str, str, int], ExecutorEpisode], types: Sequence[str], seed: int) -> dict[str, Any]:
+    """SR % (overall and per type) and score (100 x mean reward) of one bank at one k, in the run of ``seed``."""
+    played = [episodes[task.task_id, text, seed] for task, text in zip(tasks, guidance)]
     by_type = {}
     for task_type in types:
         mine = [succeeded(e) for task, e in zip(tasks, played) if task.task_type == task_type]
@@ -312,7 +321,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--retriever", choices=("bm25", "hf_mean_pool"), default="hf_mean_pool")
     parser.add_argument("--embedding-model", help="encoder path for hf_mean_pool (default: $KW_EMBEDDING_MODEL)")
     parser.add_argument("--max-steps", type=int, help="executor actions per episode (default: ALFWorld 50, WebShop 100)")
-    parser.add_argument("--seed", type=int, default=1001, help="executor and env seed (the authors' ALFWorld eval: 1001)")
+    parser.add_argument("--seed", type=int, default=1001,
+                        help="executor and env seed of the first bank's run (the authors' ALFWorld eval: 1001); "
+                             "bank r and its k = 0 control use --seed + r")
     parser.add_argument("--workers", type=int, default=8, help="episodes played at once (one env each)")
     parser.add_argument("--jaccard-k", type=int, default=10)
     parser.add_argument("--method", choices=[*paper_results.TABLE1, "SR + MI"], default="Knowledge Weaver",
@@ -362,32 +373,34 @@ def evaluate(args) -> dict[str, Any]:
         "retriever": args.retriever, "executor": args.executor_name, "method": args.method, "seed": args.seed,
         "jaccard": {"k": args.jaccard_k, "per_bank": jaccard, "mean": statistics.fmean(known) if known else None},
     }
-    jobs: dict[tuple[str, str], None] = {}
-    for bank, ranks in zip(banks, ranked):
+    seeds = [run_seed(args.seed, run) for run in range(len(banks))]
+    results["run_seeds"] = seeds
+    jobs: dict[tuple[str, str, int], None] = {}
+    for bank, ranks, seed in zip(banks, ranked, seeds):
         for k in args.k:
             for task, task_ranks in zip(tasks, ranks):
-                jobs[task.task_id, format_guidance(guidance(bank, task_ranks, k))] = None
-    episodes: dict[tuple[str, str], ExecutorEpisode] = {}
+                jobs[task.task_id, format_guidance(guidance(bank, task_ranks, k)), seed] = None
+    episodes: dict[tuple[str, str, int], ExecutorEpisode] = {}
     if not args.retrieval_only:
         limits = {**EXECUTOR_LIMITS.get(args.env, DEFAULT_LIMITS), **({"max_steps": args.max_steps} if args.max_steps else {})}
         client = make_executor_client(args, tokenizer)
         executor = FrozenExecutor(client, tokenizer, max_steps=limits["max_steps"], max_tokens=limits["max_tokens"],
-                                  observation_chars=limits["observation_chars"])
-        episodes = asyncio.run(play_episodes(executor, env_factory, list(jobs), args.workers, args.seed))
+                                  observation_chars=limits["observation_chars"], style=executor_style(args.env))
+        episodes = asyncio.run(play_episodes(executor, env_factory, list(jobs), args.workers))
     results["executor_episodes"] = len(episodes)
 
     per_k: dict[int, dict[str, Any]] = {}
     for k in args.k:
         tokens, per_bank = [], []
-        for bank, ranks in zip(banks, ranked):
+        for bank, ranks, seed in zip(banks, ranked, seeds):
             bodies = [guidance(bank, task_ranks, k) for task_ranks in ranks]
             tokens.append(statistics.fmean(guidance_tokens(tokenizer, b) for b in bodies))
             if episodes:
-                per_bank.append(bank_metrics(tasks, [format_guidance(b) for b in bodies], episodes, types))
+                per_bank.append(bank_metrics(tasks, [format_guidance(b) for b in bodies], episodes, types, seed))
         per_k[k] = summarize(per_bank, tokens)
     results["per_k"] = {str(k): summary for k, summary in per_k.items()}
-    results["episodes"] = [{"task_id": task_id, "guidance": text, "won": e.won, "reward": episode_reward(e),
-                            "status": e.status, "steps": len(e.steps)} for (task_id, text), e in episodes.items()]
+    results["episodes"] = [{"task_id": task_id, "guidance": text, "seed": seed, "won": e.won, "reward": episode_reward(e),
+                            "status": e.status, "steps": len(e.steps)} for (task_id, text, seed), e in episodes.items()]
 
     sections = []
     if episodes:

@@ -3,10 +3,13 @@
 The model behind it is any client with verl's ``generate(request_id, prompt_ids=..., sampling_params=...)``
 interface: ``OpenAICompletionsClient`` for a ``vllm serve`` endpoint (GPU runs: the executor is served
 outside Ray), ``HFGenerationClient`` for an in-process frozen copy (CPU), or a scripted stand-in (tests).
-Prompt structure follows the paper (App. C.2): instructions and guidance, then the task, the current
-observation, a short memory of recent steps and the admissible commands; the reply is a thought and
-one ``Action:`` line. Env calls are guarded (``guarded_call``): a failing env ends the episode as
-``failed`` instead of raising.
+The prompt follows the paper's App. C.2 (ALFWorld) and C.4 (WebShop) structure in our own wording
+(``ExecutorStyle``): the instructions (a short thought, at most 30 / 35 words, then one ``Action:`` line) and
+a ``Guidance skill:`` section in the system turn; the task, the observation, a short memory of recent steps
+and the commands (at most 140 admissible commands on ALFWorld; on WebShop a ``Search action:`` line and at
+most 60 click targets) in the user turn. The *first* ``Action:`` line of the reply is played; on WebShop a
+reply without a valid command is answered once with the reason (one re-prompt). Env calls are guarded
+(``guarded_call``): a failing env ends the episode as ``failed`` instead of raising.
 """
 
 from __future__ import annotations
@@ -18,11 +21,60 @@ from typing import Any
 from skl_verl.rollout.env_runtime import EnvCallFailed, guarded_call
 from skl_verl.rollout.prompt_safety import neutralise_special_tokens
 
-EXECUTOR_SYSTEM = (
-    "You are an agent completing a household or shopping task in a text environment. Use the guidance "
-    "below where it applies. Each turn, think briefly and then give exactly one command from the admissible "
-    "commands on a final line of the form 'Action: <command>'."
+@dataclass(frozen=True)
+class ExecutorStyle:
+    """One env's executor prompt (App. C.2 / C.4 structure, our wording) and its caps."""
+
+    system: str
+    task_label: str
+    observation_label: str
+    memory_label: str
+    commands_label: str
+    closing: str
+    max_commands: int
+    """Commands listed at most (sorted first); on WebShop the click targets, the search template aside."""
+    search_line: bool = False
+    """WebShop: a ``Search action:`` line says whether the page has a search box (search is not listed)."""
+    invalid_retries: int = 0
+    """Re-prompts, each with the reason, after a reply that names no valid command (WebShop: 1)."""
+
+
+_ALFWORLD_SYSTEM = (
+    "You act in an ALFWorld household text game. Pick the next command and answer in exactly this form:\n"
+    "Thought: <your short reasoning, 30 words at most>\n"
+    "Action: <one command copied exactly from the admissible commands>\n"
+    "Put the Action line right after the Thought line and write nothing else."
 )
+_WEBSHOP_SYSTEM = (
+    "You shop in the WebShop text website. Pick the next action that best fulfils the shopping instruction "
+    "and earns the highest final reward. Answer in exactly two lines:\n"
+    "Thought: <your short reasoning, 35 words at most>\n"
+    "Action: <one valid action>\n"
+    "Use search[a few keywords] only when the search action is available; use click[target] with a target "
+    "copied exactly from the visible click targets. Write nothing else."
+)
+_GENERIC_SYSTEM = (
+    "You act in a text environment. Pick the next command and answer in exactly this form:\n"
+    "Thought: <your short reasoning, 30 words at most>\n"
+    "Action: <one command copied exactly from the admissible commands>\n"
+    "Write nothing else."
+)
+EXECUTOR_STYLES = {
+    "alfworld": ExecutorStyle(_ALFWORLD_SYSTEM, "Task", "Observation", "Recent episodic memory", "Admissible commands",
+                              "Answer with Thought and Action:", max_commands=140),
+    "webshop": ExecutorStyle(_WEBSHOP_SYSTEM, "Shopping instruction", "Current page", "Recent memory",
+                             "Visible click targets", "Answer with Thought and Action now:", max_commands=60,
+                             search_line=True, invalid_retries=1),
+}
+GENERIC_STYLE = ExecutorStyle(_GENERIC_SYSTEM, "Task", "Observation", "Recent episodic memory", "Admissible commands",
+                              "Answer with Thought and Action:", max_commands=140)
+"""Envs without an App. C prompt (FrozenLake in the CPU tests): the ALFWorld structure, env-neutral words."""
+
+
+def executor_style(env_name: str) -> ExecutorStyle:
+    return EXECUTOR_STYLES.get(env_name, GENERIC_STYLE)
+
+
 # "Action" first on its line (ASCII case ignored), then ":". Possessive and kept to one line before the
 # word, each character is read a bounded number of times: ^\s* would rescan every blank line below each
 # line start (quadratic on many newlines).
@@ -101,41 +153,65 @@ def fills_template(command: str, wanted: str) -> bool:
 
 
 def chosen_command(reply: str, admissible: list[str]) -> tuple[str, bool]:
-    """The command a reply names: its last ``Action:`` line matched to an admissible command (case and
+    """The command a reply names: its first ``Action:`` line (App. C.2: the Action line follows the thought;
+    anything after it is not the answer) matched to an admissible command (case and
     whitespace aside) or filling in an admissible template (``fills_template``: sent with the reply's own
     argument, e.g. ``search[blue 3-pack]``). With no ``Action:`` line: ``look`` when admissible, else the reply's last line,
     sent as it is (the env answers it as an invalid action). Returns (command, reply was invalid)."""
     found = labelled_commands(reply)
     if found:
-        wanted = " ".join(found[-1].split()).lower()
+        wanted = " ".join(found[0].split()).lower()
         for command in admissible:
             if " ".join(command.split()).lower() == wanted:
                 return command, False
         if any(fills_template(command, wanted) for command in admissible):
-            return " ".join(found[-1].split()), False
-        return found[-1], True
+            return " ".join(found[0].split()), False
+        return found[0], True
     if "look" in admissible:
         return "look", True
     lines = [line.strip() for line in reply.strip().splitlines() if line.strip()]
     return (lines[-1] if lines else ""), True
 
 
+def invalid_reason(reply: str, command: str) -> str:
+    """Why a reply names no valid command, in the words of the re-prompt."""
+    if not labelled_commands(reply):
+        return "it has no line starting with 'Action:'"
+    return f"'{command[:120]}' is not an available action"
+
+
+def is_search_template(command: str) -> bool:
+    return _TEMPLATE.match(" ".join(command.split()).lower()) is not None and command.strip().lower().startswith("search[")
+
+
+def shown_commands(admissible: list[str], style: ExecutorStyle) -> tuple[list[str], bool]:
+    """(the commands listed in the prompt, whether search is available). Sorted, then cut to the style's cap;
+    with a search line the search template is stated there instead of listed."""
+    if not style.search_line:
+        return sorted(admissible)[: style.max_commands], False
+    searchable = any(is_search_template(c) for c in admissible)
+    return sorted(c for c in admissible if not is_search_template(c))[: style.max_commands], searchable
+
+
 class FrozenExecutor:
     def __init__(self, client: Any, tokenizer: Any, max_steps: int = 50, max_tokens: int = 192, memory_steps: int = 5,
                  observation_chars: int = 1800, memory_chars: int = 420, env_timeout_s: float = 60.0,
-                 chat_template_kwargs: dict[str, Any] | None = None) -> None:
+                 chat_template_kwargs: dict[str, Any] | None = None, style: ExecutorStyle = GENERIC_STYLE) -> None:
         self.client, self.tokenizer = client, tokenizer
         self.max_steps, self.max_tokens, self.memory_steps = max_steps, max_tokens, memory_steps
         self.observation_chars, self.memory_chars, self.env_timeout_s = observation_chars, memory_chars, env_timeout_s
         self.chat_template_kwargs = {"enable_thinking": False, **(chat_template_kwargs or {})}
+        self.style = style
 
     def messages(self, guidance: str, task_text: str, observation: str, memory: list[ExecutorStep],
-                 admissible: list[str]) -> list[dict[str, str]]:
-        """The executor's chat messages. Guidance is written by the curator under training and the rest comes
-        from the env and the executor's own replies, so both turns are neutralised for the executor's
-        tokenizer: no text can open a turn (a curator could otherwise write its entry into a system turn of
-        its own and game the executor it is scored by)."""
-        parts = [f"Task: {task_text}", f"Observation: {observation[-self.observation_chars:]}"]
+                 admissible: list[str], invalid: str | None = None) -> list[dict[str, str]]:
+        """The executor's chat messages (``invalid``: why the previous reply was refused, for a re-prompt).
+        Guidance is written by the curator under training and the rest comes from the env and the executor's
+        own replies, so both turns are neutralised for the executor's tokenizer: no text can open a turn (a
+        curator could otherwise write its entry into a system turn of its own and game the executor it is
+        scored by)."""
+        style = self.style
+        parts = [f"{style.task_label}: {task_text}", f"{style.observation_label}: {observation[-self.observation_chars:]}"]
         if memory:
             cap = self.memory_chars
             lines = [
@@ -143,14 +219,27 @@ class FrozenExecutor:
                 f"Reward: {s.reward:g}; done: {s.done}; won: {s.won}"
                 for k, s in enumerate(memory, start=1)
             ]
-            parts.append("Recent steps:\n" + "\n".join(lines))
-        parts.append("Admissible commands:\n" + "\n".join(f"- {c}" for c in sorted(admissible)))
+            parts.append(f"{style.memory_label}:\n" + "\n".join(lines))
+        commands, searchable = shown_commands(admissible, style)
+        if style.search_line:
+            parts.append("Search action: " + ("available, as search[<keywords>]" if searchable else "unavailable"))
+        parts.append(f"{style.commands_label}:\n" + "\n".join(f"- {c}" for c in commands))
+        if invalid is not None:
+            parts.append(f"Your previous reply was refused: {invalid}")
         guidance = neutralise_special_tokens(guidance, self.tokenizer)
         user = neutralise_special_tokens("\n".join(parts), self.tokenizer)
         return [
-            {"role": "system", "content": f"{EXECUTOR_SYSTEM}\n\nGuidance:\n{guidance}"},
-            {"role": "user", "content": user + "\n\nRespond with a thought and an action."},
+            {"role": "system", "content": f"{style.system}\n\nGuidance skill:\n{guidance}"},
+            {"role": "user", "content": f"{user}\n\n{style.closing}"},
         ]
+
+    async def _reply(self, messages: list[dict[str, str]], request_id: str, seed: int) -> str:
+        prompt_ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
+                                                        **self.chat_template_kwargs)
+        prompt_ids = list(prompt_ids if isinstance(prompt_ids, list) else prompt_ids["input_ids"])
+        output = await self.client.generate(request_id, prompt_ids=prompt_ids,
+                                            sampling_params={"temperature": 0.0, "max_tokens": self.max_tokens, "seed": seed})
+        return self.tokenizer.decode(list(output.token_ids), skip_special_tokens=True)
 
     async def play(self, env: Any, task_id: str, guidance: str, seed: int, request_id: str = "executor") -> ExecutorEpisode:
         episode = ExecutorEpisode(task_id=task_id, guidance=guidance)
@@ -160,16 +249,17 @@ class FrozenExecutor:
             episode.task_text = task_description(info, observation)
             for t in range(self.max_steps):
                 admissible = await call(env.admissible_actions)
-                messages = self.messages(guidance, episode.task_text, observation, episode.steps[-self.memory_steps:], admissible)
-                prompt_ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
-                                                                **self.chat_template_kwargs)
-                prompt_ids = list(prompt_ids if isinstance(prompt_ids, list) else prompt_ids["input_ids"])
-                output = await self.client.generate(
-                    f"{request_id}:{t}", prompt_ids=prompt_ids,
-                    sampling_params={"temperature": 0.0, "max_tokens": self.max_tokens, "seed": seed},
-                )
-                reply = self.tokenizer.decode(list(output.token_ids), skip_special_tokens=True)
+                memory = episode.steps[-self.memory_steps:] if self.memory_steps else []
+                messages = self.messages(guidance, episode.task_text, observation, memory, admissible)
+                reply = await self._reply(messages, f"{request_id}:{t}", seed)
                 command, invalid = chosen_command(reply, admissible)
+                for retry in range(1, self.style.invalid_retries + 1):
+                    if not invalid:
+                        break
+                    messages = self.messages(guidance, episode.task_text, observation, memory, admissible,
+                                             invalid=invalid_reason(reply, command))
+                    reply = await self._reply(messages, f"{request_id}:{t}:retry{retry}", seed)
+                    command, invalid = chosen_command(reply, admissible)
                 result = await call(env.step, command)
                 won = bool(result.info.get("won", False))
                 episode.steps.append(ExecutorStep(observation, command, result.observation, float(result.reward),
@@ -182,4 +272,3 @@ class FrozenExecutor:
         except EnvCallFailed as exc:
             episode.won, episode.status = False, f"failed: {exc}"
         return episode
-

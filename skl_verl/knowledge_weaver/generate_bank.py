@@ -41,7 +41,7 @@ from skl_verl.knowledge_weaver.pool import (
     read_pool,
     sample_context,
 )
-from skl_verl.knowledge_weaver.prompts import fit_curator_prompt
+from skl_verl.knowledge_weaver.prompts import CuratorView, curator_view, fit_curator_prompt
 from skl_verl.knowledge_weaver.retrieval import BankEntry
 from skl_verl.rollout.clients import generation_client
 from skl_verl.rollout.prompt_safety import neutralise_special_tokens
@@ -93,11 +93,14 @@ def truncated_entry(replies: Sequence[str], max_words: int) -> str | None:
 
 async def generate_entry(client: Any, tokenizer: Any, env_name: str, pool: Sequence[PoolEpisode], types: Sequence[str],
                          seed: int, index: int, *, trajectories: int = 4, attempts: int = 10, max_words: int = 100,
-                         prompt_budget: int = 5744, max_tokens: int = 256) -> GeneratedEntry | None:
+                         prompt_budget: int = 5744, max_tokens: int = 256,
+                         view: CuratorView | None = None) -> GeneratedEntry | None:
     task_type = entry_type(types, seed, index)
     draw_seed = seed * 100000 + index * 100
     episodes = sample_context(pool, task_type, trajectories, seed=draw_seed)
-    messages, _, _ = fit_curator_prompt(tokenizer, env_name, task_type, episodes, prompt_budget, max_words)
+    # The same renderer and Table 4 view as training (view None: the env's), so the banks are written from
+    # the trajectories as the curator learned to read them.
+    messages, _, _ = fit_curator_prompt(tokenizer, env_name, task_type, episodes, prompt_budget, max_words, view=view)
     params = {"temperature": 1.0, "top_p": 1.0, "max_tokens": max_tokens}
     replies: list[str] = []
     conversation = messages
@@ -193,6 +196,9 @@ def main(argv: list[str] | None = None) -> list[GeneratedEntry]:
     parser.add_argument("--max-words", type=int, default=100)
     parser.add_argument("--max-tokens", type=int, default=256, help="new tokens per reply")
     parser.add_argument("--prompt-budget", type=int, default=5744, help="curator prompt tokens (6000 - 256)")
+    parser.add_argument("--rendered-steps", type=int, help="steps shown per trajectory (default: the env's, 24)")
+    parser.add_argument("--observation-chars", type=int,
+                        help="characters per observation and result (default: the env's, 120 ALFWorld / 400 WebShop)")
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
@@ -201,6 +207,10 @@ def main(argv: list[str] | None = None) -> list[GeneratedEntry]:
     for name in ("n", "trajectories", "attempts", "max_words", "max_tokens", "prompt_budget", "concurrency"):
         if getattr(args, name) < 1:
             parser.error(f"argument --{name.replace('_', '-')}: must be at least 1")
+    for name in ("rendered_steps", "observation_chars"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            parser.error(f"argument --{name.replace('_', '-')}: must be at least 1")
+    view = curator_view(args.env, args.rendered_steps, args.observation_chars)
 
     from transformers import AutoTokenizer
 
@@ -209,7 +219,7 @@ def main(argv: list[str] | None = None) -> list[GeneratedEntry]:
     client = make_curator_client(args, tokenizer)
     entries = asyncio.run(generate_bank(client, tokenizer, args.env, pool, args.n, args.seed, concurrency=args.concurrency,
                                         trajectories=args.trajectories, attempts=args.attempts, max_words=args.max_words,
-                                        prompt_budget=args.prompt_budget, max_tokens=args.max_tokens))
+                                        prompt_budget=args.prompt_budget, max_tokens=args.max_tokens, view=view))
     write_bank(args.out, entries, f"{args.endpoint} {args.model}" if args.endpoint else args.curator, args.seed)
     repaired = sum(e.attempts > 1 and not e.truncated for e in entries)
     print(f"{args.out}: {len(entries)} of {args.n} entries ({repaired} after a repair, "

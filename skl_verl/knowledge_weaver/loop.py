@@ -36,6 +36,7 @@ from skl_verl.knowledge_weaver.entries import (
 from skl_verl.knowledge_weaver.executor import (
     ExecutorEpisode,
     FrozenExecutor,
+    executor_style,
     task_description,
 )
 from skl_verl.knowledge_weaver.pool import (
@@ -44,7 +45,7 @@ from skl_verl.knowledge_weaver.pool import (
     is_usable,
     sample_context,
 )
-from skl_verl.knowledge_weaver.prompts import fit_curator_prompt
+from skl_verl.knowledge_weaver.prompts import curator_view, fit_curator_prompt
 from skl_verl.knowledge_weaver.retrieval import (
     BankEntry,
     BM25Retriever,
@@ -103,6 +104,11 @@ def env_task_specs(settings: KWSettings) -> tuple[Any, ...]:
     return _env_specs(settings.env_name, json.dumps(settings.env_kwargs, sort_keys=True))
 
 
+def task_families(settings: KWSettings) -> dict[str, str]:
+    """Each task's family (ALFWorld: its type; WebShop: its goal category), the type its retrieval query names."""
+    return {s.task_id: s.family for s in env_task_specs(settings)}
+
+
 def reward_tasks(settings: KWSettings, task_type: str, step: int, slot: int) -> list[tuple[str, int]]:
     """D_i: ``kw.reward.tasks`` (task id, executor seed) pairs of the slot's type, the same for every
     session of the group and every condition."""
@@ -142,7 +148,7 @@ class _Process:
             self.executors[key] = FrozenExecutor(
                 client, tokenizer, max_steps=options["max_steps"], max_tokens=options["max_tokens"],
                 memory_steps=options["memory_steps"], observation_chars=options["observation_chars"],
-                env_timeout_s=options["env_timeout_s"],
+                env_timeout_s=options["env_timeout_s"], style=executor_style(settings.env_name),
             )
         return self.executors[key]
 
@@ -297,7 +303,9 @@ class KnowledgeWeaverCuratorLoop(AgentLoopBase):
                                       seed=stable_seed(f"{self.kw.seed}:{step}:{slot}:context"))
             _, ids, _ = fit_curator_prompt(self.tokenizer, self.kw.env_name, task_type, episodes, self.prompt_budget,
                                            max_words=self.kw.entry["max_words"],
-                                           chat_template_kwargs=dict(self.apply_chat_template_kwargs or {}))
+                                           chat_template_kwargs=dict(self.apply_chat_template_kwargs or {}),
+                                           view=curator_view(self.kw.env_name, self.kw.context["max_steps"],
+                                                             self.kw.context["observation_chars"]))
             return ids
 
         task, _ = _PROCESS.single_flight(_PROCESS.contexts, (self.kw.state_dir, step, slot), build)
@@ -319,7 +327,11 @@ class KnowledgeWeaverCuratorLoop(AgentLoopBase):
             use_bank = self.kw.bank["enabled"] and bank and self.kw.bank["top_m"] > 0
             if use_bank:
                 resets = await asyncio.gather(*(self._reset(t, seed) for t, seed in chosen))
-                queries = [retrieval_query(task_type, task_description(info, obs), obs) for obs, info in resets]
+                # The query names the task's own family (WebShop: its goal category), as evaluation does
+                # and as the authors' one query builder does, not the slot's type ("webshop" for every task).
+                families = task_families(self.kw)
+                queries = [retrieval_query(families[t], task_description(info, obs), obs)
+                           for (t, _), (obs, info) in zip(chosen, resets)]
                 entries = [BankEntry(e.entry_id, e.text) for e in bank]
                 ranked = _PROCESS.retriever(self.kw).rank(queries, entries, self.kw.bank["top_m"])
                 retrieved = [tuple(bank[i].text for i in row) for row in ranked]

@@ -1,8 +1,9 @@
 """The curator's prompt (the paper's App. C.1 / C.3 structure, our wording): role and output contract,
 then the task category, the legal action vocabulary, the complete source trajectories, and the
-content and output requirements. Trajectories are never dropped to fit the token budget: older,
-uneventful steps are summarised to their action, observations cut shorter, and a prompt that still
-does not fit is an error."""
+content and output requirements. Each trajectory shows its first 24 steps with observations cut to 120
+(ALFWorld) or 400 (WebShop) characters (Table 4; ``CuratorView``, ``kw.context``). Trajectories are never
+dropped to fit the token budget: older, uneventful steps are summarised to their action, observations cut
+shorter, and a prompt that still does not fit is an error."""
 
 from __future__ import annotations
 
@@ -40,15 +41,47 @@ Exactly <skill>your paragraph</skill>: the opening tag first, the closing tag la
 
 
 @dataclass(frozen=True)
+class CuratorView:
+    """How much of each trajectory the curator sees (paper Table 4): the first ``max_steps`` steps, each
+    observation and result cut to ``observation_chars`` characters."""
+
+    max_steps: int = 24
+    observation_chars: int = 400
+
+
+CURATOR_VIEWS = {"alfworld": CuratorView(24, 120), "webshop": CuratorView(24, 400)}
+"""Table 4: at most 24 rendered steps; observations cut to 120 characters on ALFWorld, 400 on WebShop (the
+authors' configs: ``prompt_observation_char_limit``/``prompt_result_char_limit`` 120 on ALFWorld)."""
+
+
+def curator_view(env_name: str, max_steps: int | None = None, observation_chars: int | None = None) -> CuratorView:
+    """The env's Table 4 view, with either number replaced where given (``kw.context.*``, the CLI)."""
+    default = CURATOR_VIEWS.get(env_name, CuratorView())
+    return CuratorView(default.max_steps if max_steps is None else max_steps,
+                       default.observation_chars if observation_chars is None else observation_chars)
+
+
+@dataclass(frozen=True)
 class RenderProfile:
     detailed_tail: int | None
     """Steps rendered in full at the end of each trajectory (None: all); earlier ones show their action only,
     unless eventful (an invalid reply, a reward, the end)."""
     observation_chars: int
+    max_steps: int | None = None
+    """Only the first ``max_steps`` steps are rendered (None: all); the rest is counted in one line."""
 
 
-PROFILES = (RenderProfile(None, 400), RenderProfile(8, 400), RenderProfile(8, 120), RenderProfile(4, 120),
-            RenderProfile(2, 60))
+def profiles(view: CuratorView) -> tuple[RenderProfile, ...]:
+    """The renderings tried in order until the prompt fits the token budget: the full view first, then
+    older steps summarised and observations cut shorter (never beyond the view's own limits)."""
+    chars, steps = view.observation_chars, view.max_steps
+    tried = [RenderProfile(None, chars, steps), RenderProfile(8, chars, steps), RenderProfile(8, min(chars, 120), steps),
+             RenderProfile(4, min(chars, 120), steps), RenderProfile(2, min(chars, 60), steps)]
+    return tuple(dict.fromkeys(tried))
+
+
+PROFILES = profiles(CuratorView())
+"""The renderings of the default view (24 steps, 400 characters): envs without a Table 4 row."""
 
 
 def _cut(text: str, limit: int) -> str:
@@ -64,8 +97,9 @@ def render_trajectory(k: int, episode: ExecutorEpisode, task_type: str, profile:
         f"Task: {_cut(episode.task_text, 220)}",
         f"Outcome: {outcome}; status={episode.status}; steps={len(episode.steps)}",
     ]
-    tail_start = 0 if profile.detailed_tail is None else len(episode.steps) - profile.detailed_tail
-    for t, step in enumerate(episode.steps, start=1):
+    shown = episode.steps if profile.max_steps is None else episode.steps[: profile.max_steps]
+    tail_start = 0 if profile.detailed_tail is None else len(shown) - profile.detailed_tail
+    for t, step in enumerate(shown, start=1):
         eventful = step.invalid_reply or step.reward != 0 or step.done
         if t - 1 >= tail_start or eventful:
             chars = profile.observation_chars
@@ -73,6 +107,8 @@ def render_trajectory(k: int, episode: ExecutorEpisode, task_type: str, profile:
                          f"Result: {_cut(step.result, chars)}" + (" | (invalid reply)" if step.invalid_reply else ""))
         else:
             lines.append(f"S{t:02d} | Action: {step.action}")
+    if len(shown) < len(episode.steps):
+        lines.append(f"({len(episode.steps) - len(shown)} later steps not shown)")
     return "\n".join(lines)
 
 
@@ -89,11 +125,13 @@ def curator_messages(tokenizer: Any, env_name: str, task_type: str, episodes: Se
 
 
 def fit_curator_prompt(tokenizer: Any, env_name: str, task_type: str, episodes: Sequence[ExecutorEpisode],
-                       budget: int, max_words: int = 100, chat_template_kwargs: dict[str, Any] | None = None):
-    """The first profile whose chat prompt fits ``budget`` tokens: (messages, prompt_ids, profile)."""
+                       budget: int, max_words: int = 100, chat_template_kwargs: dict[str, Any] | None = None,
+                       view: CuratorView | None = None):
+    """The first profile of ``view`` (default: the env's Table 4 view) whose chat prompt fits ``budget``
+    tokens: (messages, prompt_ids, profile)."""
     kwargs = {"enable_thinking": False, **(chat_template_kwargs or {})}
     smallest = None
-    for profile in PROFILES:
+    for profile in profiles(view or curator_view(env_name)):
         messages = curator_messages(tokenizer, env_name, task_type, episodes, profile, max_words)
         ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, **kwargs)
         ids = list(ids if isinstance(ids, list) else ids["input_ids"])

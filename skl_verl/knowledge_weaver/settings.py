@@ -37,7 +37,10 @@ SCHEMA: dict[str, dict[str, Option]] = {
         "max_parallel_episodes": _count(64),
         "env_timeout_s": Option(float, 60.0, low=0, low_open=True),
     },
-    "context": {"trajectories": _count(4)},
+    "context": {"trajectories": _count(4),
+                # null: the env's Table 4 value (prompts.CURATOR_VIEWS: 24 steps; 120 / 400 characters)
+                "max_steps": Option(int, None, low=1, optional=True),
+                "observation_chars": Option(int, None, low=1, optional=True)},
     "reward": {
         "tasks": _count(8),
         "lambda_sr": _number(0.5, low=0),

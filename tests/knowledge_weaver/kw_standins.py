@@ -24,7 +24,7 @@ class GuidanceFollowingExecutor:
         assert sampling_params["temperature"] == 0.0
         self.requests.append(request_id)
         text = self.tokenizer.decode(prompt_ids)
-        guidance = text.split("Guidance:\n", 1)[1].split("<|im_end|>", 1)[0]
+        guidance = text.split("Guidance skill:\n", 1)[1].split("<|im_end|>", 1)[0]
         words = re.findall(r"\b(" + "|".join(MOVES) + r")\b", guidance.lower())
         step = text.count("Memory step ")
         move = words[step % len(words)] if words else "left"
@@ -47,3 +47,54 @@ class ScriptedCurator:
         session = int(str(request_id).rsplit("_", 1)[1])
         ids = self.tokenizer(self.replies[session], add_special_tokens=False)["input_ids"] + [self.tokenizer.eos_token_id]
         return TokenOutput(token_ids=ids, log_probs=[-1.0] * len(ids))
+
+
+PLAN_GUIDANCE = "Follow the plan"
+"""Guidance holding these words makes ``PlanExecutor`` play each task's plan (a win); any other idles."""
+DECOY = "inventory"
+"""A second ``Action:`` line in every plan reply: played only if the executor took the last line, not the first."""
+
+
+class PlanExecutor:
+    """The golden tests' frozen executor (a scripted model behind verl's ``generate``).
+
+    With ``PLAN_GUIDANCE`` in its guidance it plays the task's plan: ``plans[task text]`` is a list of
+    steps, each either a command or ``("pick", text)``: the listed command (admissible or click target)
+    containing ``text``. Every plan reply has a second, decoy ``Action:`` line. Other guidance idles: the
+    first reply of a step names no action (WebShop re-prompts it once), then ``idle[step % len(idle)]``.
+    Every (request id, prompt, sampling params) is kept in ``calls`` (class-level: the loop builds it)."""
+
+    plans: dict[str, list] = {}
+    idle: list[str] = ["look"]
+    refuse_first = False
+    """WebShop: each idle step's first reply names no action, so the one re-prompt is exercised."""
+    calls: list[tuple[str, str, dict]] = []
+
+    def __init__(self, tokenizer, max_new_tokens: int = 192, **_):
+        self.tokenizer = tokenizer
+
+    @staticmethod
+    def listed(prompt: str) -> list[str]:
+        block = re.search(r"(?:Admissible commands|Visible click targets):\n((?:- .*\n?)*)", prompt)
+        return [line[2:].strip() for line in block.group(1).splitlines() if line.startswith("- ")] if block else []
+
+    async def generate(self, request_id, *, prompt_ids, sampling_params, **_):
+        text = self.tokenizer.decode(prompt_ids)
+        type(self).calls.append((request_id, text, dict(sampling_params)))
+        guidance = text.split("Guidance skill:\n", 1)[1].split("<|im_end|>", 1)[0]
+        task = re.search(r"^(?:Task|Shopping instruction): (.*)$", text, re.MULTILINE).group(1)
+        parts = str(request_id).split(":")
+        retry = parts[-1].startswith("retry")
+        step = int(parts[-2] if retry else parts[-1])
+        if PLAN_GUIDANCE in guidance:
+            plan = self.plans[task]
+            move = plan[min(step, len(plan) - 1)]
+            if isinstance(move, tuple):
+                move = next(c for c in self.listed(text) if move[1].lower() in c.lower())
+            reply = f"Thought: the plan says so.\nAction: {move}\nAction: {DECOY}"
+        elif self.refuse_first and not retry:
+            reply = "Thought: I am not sure what to do here."
+        else:
+            reply = f"Thought: wait and see.\nAction: {self.idle[step % len(self.idle)]}"
+        ids = self.tokenizer(reply, add_special_tokens=False)["input_ids"]
+        return TokenOutput(token_ids=ids, log_probs=None)

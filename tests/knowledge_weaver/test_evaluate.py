@@ -18,17 +18,20 @@ PATH = ["right", "right", "down", "down"]  # wins on both maps
 class ScriptedExecutor:
     """Walks PATH when its guidance mentions 'east', else keeps bumping into the left wall."""
 
-    def __init__(self, tokenizer):
-        self.tokenizer, self.guidance_seen = tokenizer, []
+    def __init__(self, tokenizer, control_wins_on_odd_seeds=False):
+        self.tokenizer, self.guidance_seen, self.seeds = tokenizer, [], []
+        self.control_wins_on_odd_seeds = control_wins_on_odd_seeds
 
     async def generate(self, request_id, *, prompt_ids, sampling_params, **_):
         assert sampling_params["temperature"] == 0.0
         prompt = self.tokenizer.decode(prompt_ids)
-        guidance = prompt.split("Guidance:\n", 1)[1].split("<|im_end|>", 1)[0]
+        guidance = prompt.split("Guidance skill:\n", 1)[1].split("<|im_end|>", 1)[0]
         step = prompt.count("Memory step")  # all earlier steps are in memory (4 < memory_steps = 5)
         if step == 0:
             self.guidance_seen.append(guidance)
-        action = PATH[step] if "east" in guidance else "left"
+            self.seeds.append(sampling_params["seed"])
+        lucky = self.control_wins_on_odd_seeds and guidance == "No additional guidance." and sampling_params["seed"] % 2
+        action = PATH[step] if "east" in guidance or lucky else "left"
         ids = self.tokenizer(f"Thought: ok.\nAction: {action}", add_special_tokens=False)["input_ids"]
         return TokenOutput(token_ids=ids)
 
@@ -64,10 +67,11 @@ def test_k_sweep_end_to_end(tiny_tokenizer_dir, tmp_path, monkeypatch, capsys):
     assert [per_k[str(k)]["sr"] for k in range(4)] == [0.0, 25.0, 50.0, 50.0]
     assert per_k["0"]["sr_std"] == 0.0 and per_k["1"]["sr_std"] == pytest.approx(50 / 2**0.5)
     assert per_k["2"]["sr_by_type"] == {"frozenlake": 50.0} and per_k["2"]["score"] == 50.0
-    # Each distinct (task, guidance) is played once: 12 (bank, k <= 2, task) runs less k=0 once per task for
-    # both banks (-2) and the HFG map's k=1 WAIT in both banks (-1); k=3 is k=2 (the banks hold 2 entries).
-    assert results["executor_episodes"] == 9 and len(executor.guidance_seen) == 9
-    assert executor.guidance_seen.count("No additional guidance.") == 2 and executor.guidance_seen.count(WAIT) == 1
+    # Bank r is run r with seed 1001 + r, its k = 0 control included: each distinct (task, guidance) of a run
+    # is played once, 2 tasks x k in {0, 1, 2} per bank (k = 3 is k = 2: the banks hold 2 entries).
+    assert results["executor_episodes"] == 12 and len(executor.guidance_seen) == 12 and results["run_seeds"] == [1001, 1002]
+    assert executor.guidance_seen.count("No additional guidance.") == 4 and executor.guidance_seen.count(WAIT) == 2
+    assert sorted(executor.seeds) == [1001] * 6 + [1002] * 6
     assert f"Retrieved guidance skills:\n1. {EAST}\n\n2. {WAIT}" in executor.guidance_seen
     assert f"Retrieved guidance skills:\n1. {WAIT}\n\n2. {EAST}" in executor.guidance_seen
     # Guidance tokens by hand: the mean over tasks, per bank, then over banks; none at k = 0.
@@ -119,3 +123,18 @@ def test_paper_tables_put_our_rows_beside_the_papers():
         "60.0", "60.0", "-", "20.0±0.0", "45.0±2.0", "-"]
     assert ev.paper_tables("frozenlake", per_k, "Knowledge Weaver", "KW", "tiny") == []
     assert ev.parse_ks("0..3") == [0, 1, 2, 3] and ev.parse_ks("10,0,10") == [0, 10]
+
+
+def test_the_k0_control_is_one_run_per_bank_with_its_seed(tiny_tokenizer_dir, tmp_path, monkeypatch):
+    """Issue 23 item 8: the no-guidance control is played in every bank's run with that run's seed, so its std
+    is over runs (here the control wins only on odd seeds: runs 1001 and 1003 win, 1002 loses)."""
+    tokenizer = AutoTokenizer.from_pretrained(tiny_tokenizer_dir)
+    executor = ScriptedExecutor(tokenizer, control_wins_on_odd_seeds=True)
+    monkeypatch.setattr(ev, "make_executor_client", lambda args, tokenizer: executor)
+    banks = [_bank(tmp_path / f"{n}.jsonl", [WAIT]) for n in range(3)]
+    results = ev.main(["--env", "frozenlake", "--env-kwargs", json.dumps(LAKE), *[a for b in banks for a in ("--bank", b)],
+                       "--k", "0", "--executor-checkpoint", tiny_tokenizer_dir, "--retriever", "bm25", "--max-steps", "6",
+                       "--out", str(tmp_path / "out")])
+    control = results["per_k"]["0"]
+    assert [m["sr"] for m in control["per_bank"]] == [100.0, 0.0, 100.0] and sorted(set(executor.seeds)) == [1001, 1002, 1003]
+    assert control["sr"] == pytest.approx(200 / 3) and control["sr_std"] == pytest.approx(57.735, abs=1e-3)

@@ -38,12 +38,12 @@ def play(model_dir, replies, env=None, guidance="Go right along the top row, the
     return episode, model
 
 
-def test_the_executor_follows_its_replies_to_a_win_with_guidance_and_memory_in_the_prompt(tiny_model_dir):
+def test_the_executor_follows_its_replies_to_a_win_with_guidance_and_memory_in_the_prompt(tiny_tokenizer_dir):
     replies = [f"Thought: as the guidance says.\nAction: {a}" for a in ("right", "RIGHT", "down", "down")]
-    episode, model = play(tiny_model_dir, replies, memory_steps=2)
+    episode, model = play(tiny_tokenizer_dir, replies, memory_steps=2)
     assert episode.won and episode.status == "won" and [s.action for s in episode.steps] == ["right", "right", "down", "down"]
     assert all("Go right along the top row, then down." in p for p in model.prompts)
-    assert "Recent steps" not in model.prompts[0] and "Memory step 2" in model.prompts[3] and "Memory step 3" not in model.prompts[3]
+    assert "Recent episodic memory" not in model.prompts[0] and "Memory step 2" in model.prompts[3] and "Memory step 3" not in model.prompts[3]
     assert "- down\n- left\n- right\n- up" in model.prompts[0]  # admissible commands, sorted
     assert episode.task_text.startswith("FrozenLake 3x3") and f"Task: {episode.task_text}" in model.prompts[0]
 
@@ -114,11 +114,11 @@ class _FakeTokenizer:
         return {"input_ids": [ord(ch) for ch in text]}
 
 
-def test_step_cap_and_env_failure_end_the_episode(tiny_model_dir, monkeypatch):
-    episode, _ = play(tiny_model_dir, ["Action: left"] * 3, max_steps=3)
+def test_step_cap_and_env_failure_end_the_episode(tiny_tokenizer_dir, monkeypatch):
+    episode, _ = play(tiny_tokenizer_dir, ["Action: left"] * 3, max_steps=3)
     assert episode.status == "max_steps" and len(episode.steps) == 3 and not episode.won
 
     monkeypatch.setitem(ENV_CLASSES, "faulty_frozenlake", "rollout.fault_envs:FaultyFrozenLake")  # tests/rollout/fault_envs.py
     env = make_env("faulty_frozenlake", fault_call="step", fault_kind="raise", fault_at=2, **LAKE)
-    episode, _ = play(tiny_model_dir, ["Action: right"] * 3, env=env)
+    episode, _ = play(tiny_tokenizer_dir, ["Action: right"] * 3, env=env)
     assert episode.status.startswith("failed: env.step('right') raised RuntimeError") and len(episode.steps) == 1

@@ -39,11 +39,11 @@ def reference_entry(reply):
 def reference_command(reply, admissible):
     found = _REFERENCE_ACTION.findall(reply)
     if found:
-        wanted = " ".join(found[-1].split()).lower()
+        wanted = " ".join(found[0].split()).lower()
         for command in admissible:
             if " ".join(command.split()).lower() == wanted:
                 return command, False
-        return found[-1].strip(), True
+        return found[0].strip(), True
     if "look" in admissible:
         return "look", True
     lines = [line.strip() for line in reply.strip().splitlines() if line.strip()]
@@ -141,7 +141,7 @@ def command_inputs():
         ("whitespace lines", " \t\n" * (m // 3) + "Action: left", ("left", False)),
         ("whitespace lines then text", " \t\n" * (m // 3) + "Thought: x", ("look", True)),
         ("whitespace before a label", " " * m + "Action: left", ("left", False)),
-        ("many actions", "Action: look\n" * (m // 13) + "Action: left", ("left", False)),
+        ("many actions", "Action: look\n" * (m // 13) + "Action: left", ("look", False)),  # the first is played
         ("labels without colons", "Action \n" * (m // 8), ("look", True)),
         ("labels without commands", "Action:\n" * (m // 8), ("Action:", True)),  # the next line is the command
         ("one long line", "Thought: " + "x" * m, ("look", True)),

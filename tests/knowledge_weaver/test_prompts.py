@@ -4,9 +4,11 @@ import pytest
 
 from skl_verl.knowledge_weaver.executor import ExecutorEpisode, ExecutorStep
 from skl_verl.knowledge_weaver.prompts import (
-    PROFILES,
+    CuratorView,
     RenderProfile,
+    curator_view,
     fit_curator_prompt,
+    profiles,
     render_trajectory,
 )
 
@@ -35,16 +37,30 @@ def test_render_by_hand():
     assert "S01 | Obs: You are at spot 0... | Action: go to cabinet 1 | Result: You arrive at spo..." in full
 
 
-def test_a_small_budget_summarises_but_keeps_every_trajectory(tiny_model_dir):
+def test_a_small_budget_summarises_but_keeps_every_trajectory(tiny_tokenizer_dir):
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_tokenizer_dir)
+    full_view = profiles(curator_view("alfworld"))[0]
     episodes = [episode(k % 2 == 0, moves=12) for k in range(4)]
     _, full_ids, profile = fit_curator_prompt(tokenizer, "alfworld", "pick_clean_then_place", episodes, budget=100_000)
-    assert profile == PROFILES[0]
+    assert profile == full_view == RenderProfile(None, 120, 24)
     messages, ids, profile = fit_curator_prompt(tokenizer, "alfworld", "pick_clean_then_place", episodes,
                                                 budget=len(full_ids) - 1)
-    assert profile != PROFILES[0] and len(ids) < len(full_ids)
+    assert profile != full_view and len(ids) < len(full_ids)
     assert all(f"=== Trajectory {k} " in messages[1]["content"] for k in range(1, 5))
     with pytest.raises(ValueError, match="the budget is 50"):
         fit_curator_prompt(tokenizer, "alfworld", "pick_clean_then_place", episodes, budget=50)
+
+
+def test_table4_views_per_env():
+    """Table 4: 24 rendered steps; observations cut to 120 characters (ALFWorld) and 400 (WebShop)."""
+    assert curator_view("alfworld") == CuratorView(24, 120)
+    assert curator_view("webshop") == CuratorView(24, 400)
+    assert curator_view("webshop", max_steps=30, observation_chars=200) == CuratorView(30, 200)
+
+
+def test_only_the_first_rendered_steps_show():
+    text = render_trajectory(1, episode(False, moves=30), "x", RenderProfile(None, 120, 24)).splitlines()
+    assert [line[:3] for line in text if line.startswith("S")] == [f"S{t:02d}" for t in range(1, 25)]
+    assert text[-1] == "(6 later steps not shown)" and "steps=30" in text[3]
