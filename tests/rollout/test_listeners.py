@@ -68,7 +68,7 @@ def option(argv, name):
 def test_the_executor_server_listens_on_loopback_and_takes_a_key(tmp_path):
     code, err, argv = serve_executor(tmp_path)
     assert code == 0, err
-    assert argv[:2] == ["serve", "Qwen/Qwen3-4B"] and option(argv, "--host") == "127.0.0.1" and "--api-key" not in argv
+    assert argv[:2] == ["serve", "Qwen/Qwen3.5-4B"] and option(argv, "--host") == "127.0.0.1" and "--api-key" not in argv
     code, err, argv = serve_executor(tmp_path, KW_EXECUTOR_API_KEY="s3cret")
     assert code == 0 and option(argv, "--host") == "127.0.0.1" and option(argv, "--api-key") == "s3cret"
     assert option(argv, "--data-parallel-size") == "2"

@@ -29,7 +29,9 @@ def alfworld_data(tmp_path_factory):
 
 def test_alfworld_50_step_episode_in_step_mode(tmp_path, tiny_model_dir, alfworld_data):
     rows = env_rows("alfworld", {"data_dir": str(alfworld_data), "split": "train", "max_steps": 50})
-    loop = ["actor_rollout_ref.rollout.agent.default_agent_loop=step_alfworld"]  # step_history 15, as released
+    # step_history 15 as released; 50 policy turns (the recipe's are 10) to reach the env's 50-step cap
+    loop = [loop_options_override(tmp_path, "step_alfworld", max_turns=50),
+            "actor_rollout_ref.rollout.agent.default_agent_loop=step_alfworld"]
     replies = ["<action>look</action>"] * 60
     out, tok = rollout(tmp_path, tiny_model_dir, replies, env_name="alfworld", rows=rows, overrides=[*loop, *BUDGET])
     fields = out.non_tensor_batch
@@ -46,7 +48,7 @@ def test_sciworld_episode_gets_past_10_steps(tmp_path, tiny_model_dir):
         pytest.skip("no java: the ScienceWorld JVM cannot start here")
     kwargs = {"task_names": ["find-living-thing"], "split": "train", "max_variations_per_task": 1, "max_steps": 12}
     rows = env_rows("sciworld", kwargs)
-    loop = [loop_options_override(tmp_path, "step_alfworld", step_history=2),
+    loop = [loop_options_override(tmp_path, "step_alfworld", step_history=2, max_turns=30),
             "actor_rollout_ref.rollout.agent.default_agent_loop=step_alfworld"]
     out, tok = rollout(tmp_path, tiny_model_dir, ["<action>look around</action>"] * 20, env_name="sciworld", rows=rows,
                        overrides=[*loop, "data.max_prompt_length=10240", "data.max_response_length=1024"])
