@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import random
 import re
@@ -34,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from skl_verl import checked_jsonl
 from skl_verl.knowledge_weaver.entries import parse_entry
 from skl_verl.knowledge_weaver.pool import (
     PoolEpisode,
@@ -43,6 +43,7 @@ from skl_verl.knowledge_weaver.pool import (
 )
 from skl_verl.knowledge_weaver.prompts import CuratorView, curator_view, fit_curator_prompt
 from skl_verl.knowledge_weaver.retrieval import BankEntry
+from skl_verl.knowledge_weaver.state import BANK_KIND
 from skl_verl.rollout.clients import generation_client
 from skl_verl.rollout.prompt_safety import neutralise_special_tokens
 
@@ -148,30 +149,26 @@ async def generate_bank(client: Any, tokenizer: Any, env_name: str, pool: Sequen
 
 def write_bank(path: str | os.PathLike[str], entries: Sequence[GeneratedEntry], curator: str, seed: int) -> Path:
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    lines = [json.dumps({"entry_id": e.entry_id, "text": e.text, "task_type": e.task_type,
-                         "source": {"curator": curator, "seed": seed, "attempts": e.attempts, "truncated": e.truncated,
-                                    "context_task_ids": list(e.context_task_ids)}}) + "\n" for e in entries]
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text("".join(lines))
-    os.replace(tmp, path)
+    checked_jsonl.write(path, BANK_KIND, ({"entry_id": e.entry_id, "text": e.text, "task_type": e.task_type,
+                                          "source": {"curator": curator, "seed": seed, "attempts": e.attempts,
+                                                     "truncated": e.truncated, "context_task_ids": list(e.context_task_ids)}}
+                                         for e in entries))
     return path
 
 
 def read_bank(path: str | os.PathLike[str]) -> list[BankEntry]:
     """A generated bank, or a training bank snapshot (``BankStore``'s ``bank_*.jsonl``): its entries'
     ids and texts."""
-    entries = []
-    for number, line in enumerate(Path(path).read_text().splitlines(), start=1):
-        if not line.strip():
-            continue
+    entries: list[BankEntry] = []
+    seen: dict[str, int] = {}
+    for number, data in enumerate(checked_jsonl.read(path, BANK_KIND), start=2):  # line 1 is the header
         try:
-            data = json.loads(line)
             entries.append(BankEntry(str(data["entry_id"]), str(data["text"])))
-        except (ValueError, KeyError, TypeError) as exc:
-            raise ValueError(f"{path}:{number}: not a bank entry ({exc})") from None
-    if len({e.entry_id for e in entries}) != len(entries):
-        raise ValueError(f"{path}: duplicate entry ids")
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"{path}:{number}: not a bank entry (no {exc})") from None
+        if entries[-1].entry_id in seen:
+            raise ValueError(f"{path}:{number}: entry {entries[-1].entry_id!r} appears twice (first on line {seen[entries[-1].entry_id]})")
+        seen[entries[-1].entry_id] = number
     return entries
 
 

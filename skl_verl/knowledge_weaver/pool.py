@@ -1,6 +1,7 @@
 """The trajectory pool: frozen-executor episodes the curator's contexts are drawn from.
 
-One JSON line per episode: ``{"task_type": ..., "episode": <ExecutorEpisode as a dict>}``. The initial
+A self-checked JSON-lines file (``skl_verl.checked_jsonl``, kind ``trajectory_pool``), one record per episode:
+``{"task_type": ..., "episode": <ExecutorEpisode as a dict>}``; damage is an error naming the file and line. The initial
 pool is collected once, with no guidance (``build`` CLI); during training the pool of step j is the
 initial pool plus the singleton-condition episodes of step j - 1 (``kw.pool.use_previous_step``).
 """
@@ -14,7 +15,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from skl_verl import checked_jsonl
 from skl_verl.knowledge_weaver.executor import ExecutorEpisode, ExecutorStep
+
+POOL_KIND = "trajectory_pool"
 
 USABLE_STATUSES = ("won", "done", "max_steps")
 
@@ -43,21 +47,14 @@ def episode_from_dict(data: dict) -> ExecutorEpisode:
 def write_pool(path: str | os.PathLike[str], records: Iterable[PoolEpisode]) -> Path:
     """Write atomically (a reader never sees half a pool)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text("".join(json.dumps({"task_type": r.task_type, "episode": episode_to_dict(r.episode)}) + "\n"
-                           for r in records))
-    os.replace(tmp, path)
+    checked_jsonl.write(path, POOL_KIND, ({"task_type": r.task_type, "episode": episode_to_dict(r.episode)} for r in records))
     return path
 
 
 def read_pool(path: str | os.PathLike[str]) -> list[PoolEpisode]:
     records = []
-    for number, line in enumerate(Path(path).read_text().splitlines(), start=1):
-        if not line.strip():
-            continue
+    for number, data in enumerate(checked_jsonl.read(path, POOL_KIND), start=2):  # line 1 is the header
         try:
-            data = json.loads(line)
             records.append(PoolEpisode(str(data["task_type"]), episode_from_dict(data["episode"])))
         except (ValueError, KeyError, TypeError) as exc:
             raise ValueError(f"{path}:{number}: not a pool record ({exc})") from exc

@@ -8,12 +8,16 @@ is its own file, written atomically, so a resumed or replayed step reads exactly
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import random
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from skl_verl import checked_jsonl
+
+BANK_KIND = "knowledge_bank"
+"""Training snapshots and generated banks alike: self-checked JSON lines (``skl_verl.checked_jsonl``)."""
 
 
 @dataclass(frozen=True)
@@ -96,7 +100,15 @@ class BankStore:
         path = self._path(step)
         if not path.exists():
             raise FileNotFoundError(f"{path}: no knowledge bank for step {step} (was the run resumed with another state_dir?)")
-        return [Entry(**json.loads(line)) for line in path.read_text().splitlines() if line]
+        entries = []
+        for number, record in enumerate(checked_jsonl.read(path, BANK_KIND), start=2):  # line 1 is the header
+            try:
+                entries.append(Entry(**record))
+            except TypeError as exc:
+                raise ValueError(f"{path}:{number}: not a bank entry ({exc})") from None
+            if any(e.entry_id == entries[-1].entry_id for e in entries[:-1]):
+                raise ValueError(f"{path}:{number}: entry {entries[-1].entry_id!r} appears twice")
+        return entries
 
     def finalize_step(self, step: int, admitted: Sequence[Candidate]) -> list[Entry]:
         """Write bank(step + 1) = bank(step) + the admitted candidates; a replayed step overwrites it."""
@@ -106,7 +118,4 @@ class BankStore:
         return entries
 
     def _write(self, step: int, entries: Sequence[Entry]) -> None:
-        path = self._path(step)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text("".join(json.dumps(asdict(e), sort_keys=True) + "\n" for e in entries))
-        os.replace(tmp, path)
+        checked_jsonl.write(self._path(step), BANK_KIND, (asdict(e) for e in entries))

@@ -9,6 +9,8 @@ from kw_standins import PlanExecutor
 from transformers import AutoTokenizer
 from verl.workers.rollout.replica import TokenOutput
 
+from skl_verl import checked_jsonl
+from skl_verl.knowledge_weaver.state import BANK_KIND
 from skl_verl.knowledge_weaver import evaluate as ev
 from skl_verl.knowledge_weaver import generate_bank as gb
 from skl_verl.knowledge_weaver.executor import ExecutorEpisode, ExecutorStep
@@ -35,7 +37,7 @@ def test_evaluate_on_the_webshop_standin(tiny_tokenizer_dir, tmp_path, monkeypat
         tokenizer = AutoTokenizer.from_pretrained(tiny_tokenizer_dir)
         monkeypatch.setattr(ev, "make_executor_client", lambda args, tokenizer: PlanExecutor(tokenizer))
         bank = tmp_path / "bank.jsonl"
-        bank.write_text(json.dumps({"entry_id": "entry_000000", "text": "Follow the plan.", "task_type": "webshop"}) + "\n")
+        checked_jsonl.write(bank, BANK_KIND, [{"entry_id": "entry_000000", "text": "Follow the plan.", "task_type": "webshop"}])
         results = ev.main(["--env", "webshop", "--env-kwargs", json.dumps({"server_url": standin.url, "max_goals": 4}),
                            "--split", "all", "--bank", str(bank), "--k", "0,1", "--executor-checkpoint", tiny_tokenizer_dir,
                            "--retriever", "bm25", "--max-steps", "6", "--out", str(tmp_path / "out")])

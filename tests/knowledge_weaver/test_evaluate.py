@@ -37,8 +37,11 @@ class ScriptedExecutor:
 
 
 def _bank(path, texts):
-    path.write_text("".join(json.dumps({"entry_id": f"entry_{i:06d}", "text": t, "task_type": "frozenlake"}) + "\n"
-                            for i, t in enumerate(texts)))
+    from skl_verl import checked_jsonl
+    from skl_verl.knowledge_weaver.state import BANK_KIND
+
+    checked_jsonl.write(path, BANK_KIND, ({"entry_id": f"entry_{i:06d}", "text": t, "task_type": "frozenlake"}
+                                         for i, t in enumerate(texts)))
     return str(path)
 
 

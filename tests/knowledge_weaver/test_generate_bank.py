@@ -6,6 +6,8 @@ import random
 import pytest
 from verl.workers.rollout.replica import TokenOutput
 
+from skl_verl import checked_jsonl
+from skl_verl.knowledge_weaver.state import BANK_KIND
 from skl_verl.knowledge_weaver import generate_bank as gb
 from skl_verl.knowledge_weaver.executor import ExecutorEpisode, ExecutorStep
 from skl_verl.knowledge_weaver.pool import PoolEpisode, write_pool
@@ -95,8 +97,40 @@ def test_cut_to_word_cap_and_bank_snapshots_read_like_generated_banks(tmp_path):
     assert gb.cut_to_word_cap("a b c d e", 4) == "a b c d"  # no sentence end: the cap alone
     assert gb.cut_to_word_cap('a "b." c', 3) == 'a "b."'
     snapshot = tmp_path / "bank_000002.jsonl"  # state.BankStore's format
-    snapshot.write_text('{"entry_id": "s0-c1", "msr": 0.25, "sr": 0.5, "step_added": 0, "task_type": "Pick", "text": "x"}\n')
+    record = {"entry_id": "s0-c1", "msr": 0.25, "sr": 0.5, "step_added": 0, "task_type": "Pick", "text": "x"}
+    checked_jsonl.write(snapshot, BANK_KIND, [record])
     assert gb.read_bank(snapshot) == [BankEntry("s0-c1", "x")]
-    snapshot.write_text('{"text": "x"}\n')
-    with pytest.raises(ValueError, match="bank_000002.jsonl:1: not a bank entry"):
+    checked_jsonl.write(snapshot, BANK_KIND, [{"text": "x"}])
+    with pytest.raises(ValueError, match="bank_000002.jsonl:2: not a bank entry"):
         gb.read_bank(snapshot)
+
+
+def test_a_damaged_bank_or_pool_is_an_error_naming_file_and_line(tmp_path):
+    """#24 item 6: a flipped byte, a duplicate line, an empty file, a line cut mid-way (not the last)."""
+    from skl_verl.knowledge_weaver.pool import read_pool, write_pool
+    from skl_verl.knowledge_weaver.state import BankStore
+
+    store = BankStore(tmp_path / "state")
+    entries = [{"entry_id": f"s0-c{i}", "msr": 0.25, "sr": 0.5, "step_added": 0, "task_type": "Pick", "text": f"t{i}"}
+               for i in range(3)]
+    path = store.folder / "bank_000001.jsonl"
+    checked_jsonl.write(path, BANK_KIND, entries)
+    assert [e.entry_id for e in store.bank(1)] == ["s0-c0", "s0-c1", "s0-c2"]
+    whole = path.read_bytes()
+    path.write_bytes(whole.replace(b'"msr": 0.25', b'"msr": 0.75', 1))  # an entry's MSR edited on disk
+    with pytest.raises(ValueError, match=r"bank_000001.jsonl:2: damaged knowledge_bank line: .*checksum"):
+        store.bank(1)
+    lines = whole.split(b"\n")
+    path.write_bytes(b"\n".join([lines[0], lines[1], lines[1], lines[2], b""]))  # a line twice
+    with pytest.raises(ValueError, match=r"bank_000001.jsonl:3: entry 's0-c0' appears twice"):
+        store.bank(1)
+    with pytest.raises(ValueError, match=r"bank_000001.jsonl:3: entry 's0-c0' appears twice \(first on line 2\)"):
+        gb.read_bank(path)
+    path.write_bytes(b"")
+    with pytest.raises(ValueError, match=r"bank_000001.jsonl:1: the file is empty"):
+        store.bank(1)
+    pool = write_pool(tmp_path / "pool.jsonl", POOL)
+    data = pool.read_bytes().split(b"\n")
+    pool.write_bytes(b"\n".join([data[0], data[1][:30], *data[2:]]))  # cut mid-way, then more lines
+    with pytest.raises(ValueError, match=r"pool.jsonl:2: damaged trajectory_pool line"):
+        read_pool(pool)

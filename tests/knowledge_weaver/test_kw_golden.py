@@ -26,6 +26,8 @@ from kw_standins import DECOY, PlanExecutor, ScriptedCurator
 from transformers import AutoTokenizer
 
 from envs import make_env
+from skl_verl import checked_jsonl
+from skl_verl.knowledge_weaver.state import BANK_KIND
 from skl_verl.knowledge_weaver import build, loop
 from skl_verl.knowledge_weaver import evaluate as ev
 from skl_verl.knowledge_weaver.executor import (
@@ -151,7 +153,7 @@ def run_one_step(tmp_path, model_dir, config_name, env_name, env_kwargs, monkeyp
     bank = Path(settings.state_dir) / "bank"
     bank.mkdir(parents=True, exist_ok=True)
     entry = {"entry_id": "seeded-0", "text": "Rest a while.", "task_type": "any", "step_added": 0, "msr": 1.0, "sr": 1.0}
-    (bank / "bank_000000.jsonl").write_text(json.dumps(entry) + "\n")
+    checked_jsonl.write(bank / "bank_000000.jsonl", BANK_KIND, [entry])
 
     queries = []
     real_query = loop.retrieval_query

@@ -29,7 +29,13 @@ def test_pool_round_trip_and_usable_episodes(tmp_path):
 
 
 def test_a_damaged_pool_line_names_the_file_and_line(tmp_path):
+    from skl_verl import checked_jsonl
+    from skl_verl.knowledge_weaver.pool import POOL_KIND
+
     path = tmp_path / "pool.jsonl"
-    path.write_text('{"task_type": "pick"}\n')
-    with pytest.raises(ValueError, match=r"pool.jsonl:1: not a pool record"):
+    checked_jsonl.write(path, POOL_KIND, [{"task_type": "pick"}])  # intact, but not a pool record
+    with pytest.raises(ValueError, match=r"pool.jsonl:2: not a pool record"):
+        read_pool(path)
+    path.write_text('{"task_type": "pick"}\n')  # a plain line: no header, no checksum
+    with pytest.raises(ValueError, match=r"pool.jsonl:1: damaged trajectory_pool line"):
         read_pool(path)

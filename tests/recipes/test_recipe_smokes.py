@@ -29,6 +29,7 @@ import pytest
 from alfworld_games import load_generator
 from recipe_smoke import PYTHON, ROOT, RecipeRun, run_recipe
 from weight_sync import weight_sync_problems
+from skl_verl import checked_jsonl
 
 pytestmark = pytest.mark.recipe_smoke
 
@@ -334,5 +335,5 @@ def test_knowledge_weaver_alfworld(tmp_path, kw_curator_model, alfworld_data):
     # kw.seed 23003: step 1's two slots draw different pool episodes, so their contexts differ. (Step 2's pool
     # adds episodes filed under verl's random uids, so which ones its slots draw varies from run to run.)
     assert first["kw/mi_credit"] > 0 and second["actor/grad_norm"] > 0  # MI credit; the update moved
-    bank = (tmp_path / "ckpt" / "kw_state" / "bank" / "bank_000001.jsonl").read_text().splitlines()
-    assert [json.loads(line)["text"] for line in bank] == ["Go right."]
+    bank = checked_jsonl.read(tmp_path / "ckpt" / "kw_state" / "bank" / "bank_000001.jsonl", "knowledge_bank")
+    assert [entry["text"] for entry in bank] == ["Go right."]
