@@ -21,6 +21,10 @@ def test_every_benchmark_is_covered():
 @pytest.mark.parametrize("name", BENCHMARKS)
 def test_benchmark_runs_in_quick_mode(name):
     env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    # a test before this one may have loaded the CPU backend in pytest's process, which exports these: a
+    # benchmark sets up its own backend, as a user's shell would have it
+    for inherited in ("VERL_PLATFORM", "VERL_ENGINE_DEVICE"):
+        env.pop(inherited, None)
     result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / name), "--quick"], cwd=ROOT, env=env,
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, f"{name} --quick failed:\n{result.stdout[-2000:]}\n{result.stderr[-4000:]}"
