@@ -79,6 +79,8 @@ def play(tmp_path, model_dir, faulty):
     for entry in loops:
         if entry["name"] in ("skl_env", "skl_stateful", "skl_rl"):
             entry["env_step_timeout_s"] = 2.0
+        if entry["name"] == "skl_rl":  # branches act without an understanding turn: PositionPolicy only moves
+            entry["branch_understanding"] = False
     OmegaConf.save(OmegaConf.create(loops), tmp_path / "loops.yaml")
     data = write_parquet(rows(faulty, tmp_path), tmp_path / "rows.parquet")
     config = compose_config([
