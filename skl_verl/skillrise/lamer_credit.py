@@ -37,9 +37,9 @@ from typing import Annotated, Any, Mapping
 import numpy as np
 import torch
 
-from skl_verl.options import AtLeast, Between, ConfigError, OneOf
+from skl_verl.options import AtLeast, Between, OneOf
 from skl_verl.rollout import sample_fields as sf
-from skl_verl.trainer.estimators import outcome_scores, step_penalties, to_tokens
+from skl_verl.trainer.estimators import penalised_scores, require_step_samples, to_tokens
 from skl_verl.trainer.group_advantage import Normalisation, group_codes, group_relative_advantages
 
 
@@ -177,7 +177,7 @@ def lamer_estimator(token_level_rewards, response_mask, sample_fields, options, 
     )
     # Every reflection of a task shares one anchor; the phase column keeps it apart from any env state.
     step_group = group_codes(np.asarray(sample_fields[sf.SEQUENCE_ID]), is_reflection, np.where(is_reflection, "", anchor))
-    row_scores = outcome_scores(token_level_rewards).to(torch.float64) - step_penalties(sample_fields, len(phase))
+    row_scores = penalised_scores(token_level_rewards, sample_fields)
     advantages = lamer_advantages(row_scores, task, step_group, returns, norm=options.norm,
                                   step_advantage_weight=float(options.step_advantage_weight), eps=float(options.eps))
     return to_tokens(advantages, returns, response_mask)
@@ -185,9 +185,4 @@ def lamer_estimator(token_level_rewards, response_mask, sample_fields, options, 
 
 def check_lamer_loop(config: Any, options: LamerCreditOptions, loop_entry: Mapping[str, Any]) -> None:
     """LaMer scores env steps: its loop must emit one sample per step."""
-    if loop_entry.get("sample_granularity", "episode") != "step":
-        raise ConfigError(
-            f"algorithm.adv_estimator=lamer credits env steps, but agent loop "
-            f"{config.actor_rollout_ref.rollout.agent.default_agent_loop!r} emits one sample per episode; set its "
-            "sample_granularity: step (e.g. lamer_alfworld)"
-        )
+    require_step_samples(config, loop_entry, "credits env steps", "lamer_alfworld")

@@ -172,6 +172,16 @@ def check_critic(config: Any, options: Any, loop_entry: Mapping[str, Any]) -> No
                           "set critic.enable=true")
 
 
+def require_step_samples(config: Any, loop_entry: Mapping[str, Any], needs: str, example: str) -> None:
+    """A run check for estimators that credit env steps: the run's loop must emit one sample per step."""
+    if loop_entry.get("sample_granularity", "episode") != "step":
+        raise ConfigError(
+            f"algorithm.adv_estimator={config.algorithm.adv_estimator} {needs}, but agent loop "
+            f"{config.actor_rollout_ref.rollout.agent.default_agent_loop!r} emits one sample per episode; use a loop "
+            f"with sample_granularity: step (e.g. {example})"
+        )
+
+
 def compute_advantage(data: DataProto, algorithm_config: Any) -> DataProto:
     """Fill ``advantages``/``returns`` in ``data`` with the configured estimator.
 

@@ -30,12 +30,13 @@ from typing import Annotated, Any, Mapping
 import numpy as np
 import torch
 
-from skl_verl.options import AtLeast, Between, ConfigError, OneOf
+from skl_verl.options import AtLeast, Between, OneOf
 from skl_verl.rollout import sample_fields as sf
 from skl_verl.trainer.estimators import (
     TRIAL_GROUP_FIELDS,
     GroupNormOptions,
     penalised_scores,
+    require_step_samples,
     reference_rows,
     row_groups,
     to_tokens,
@@ -143,12 +144,7 @@ GIGPO_FIELDS = (sf.TRAJECTORY_ID, *TRIAL_GROUP_FIELDS, sf.STEP_INDEX, sf.ANCHOR_
 
 
 def check_step_samples(config: Any, options: GigpoOptions, loop_entry: Mapping[str, Any]) -> None:
-    if loop_entry.get("sample_granularity", "episode") != "step":
-        raise ConfigError(
-            f"algorithm.adv_estimator=gigpo groups env steps by anchor state, but agent loop "
-            f"{config.actor_rollout_ref.rollout.agent.default_agent_loop!r} emits one sample per episode; use a loop "
-            "with sample_granularity: step (e.g. step_alfworld)"
-        )
+    require_step_samples(config, loop_entry, "groups env steps by anchor state", "step_alfworld")
 
 
 def gigpo_estimator(token_level_rewards, response_mask, sample_fields, options, **_):
