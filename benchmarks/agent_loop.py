@@ -46,8 +46,10 @@ Rows (median of ``--rounds``; each round runs both loops, in alternating order; 
   the server's CPU is not in it. ``ours - verl`` of it is our loop's extra work per turn; ``ours - verl`` of
   the wall time is that plus waiting, chiefly on env worker round trips.
 * ``env worker calls per turn`` (ours; verl's tool runs in-process and makes none) and ``env worker round
-  trip``: the median of one awaited call to an idle ``NoCostEnv`` worker. On a loaded machine a round trip
-  also waits for the worker process to be scheduled.
+  trip``: the median of one awaited call to an idle ``NoCostEnv`` worker. ``env worker wait ms per turn``:
+  what an episode spent awaiting its env worker, per turn of it, during the timed rounds (episodes overlap,
+  so it can exceed ``wall ms per turn``); with a server and 16 env
+  workers sharing 2 cores, each round trip also waits for the worker process to be scheduled.
 * ``context tokens per episode``: response tokens that are env / tool text (masked), for comparability.
 * ``server request ms`` (full mode): mean wall of one request as the client saw it (queueing in the server
   included).
@@ -62,8 +64,12 @@ tokens the server was sent) and generated the same number of tokens (in the batc
 mode, as the server counted), and every token the client generated reached the batch.
 
 Timing: ``time.perf_counter``; CPU from ``time.process_time`` and ``/proc`` (psutil). The machine's load
-shifts every number (2 shared cores here), the server shares the cores with the loops; nothing asserts on
-timings.
+shifts every number; nothing asserts on timings. Full mode on a small CPU allotment (2 shared cores here) is
+contention more than loops: the server, the driver and 16 env worker processes share the cores, round walls
+of one run spread up to 3x (the tokens/s note lists them), and our episodes' env calls, 0.1-0.2 ms on an
+idle worker, then wait tens of ms per turn for the worker to be scheduled (and for the event loop, busy with
+other episodes, to take the reply). Read the ratio from several runs, or against a server on its own GPU
+(``--server``), where the loops have the CPU to themselves.
 """
 
 from __future__ import annotations
@@ -296,6 +302,8 @@ def vllm_server(model_dir: Path, log_path: Path):
     launcher = ("import sys; from skl_verl.trainer.cpu_backend import enable_vllm_cpu; enable_vllm_cpu(); "
                 "from vllm.entrypoints.cli.main import main; sys.argv = ['vllm'] + sys.argv[1:]; sys.exit(main())")
     # A small KV-cache share: on CPU the "gpu" memory fraction reserves host memory, which other work shares.
+    # vLLM's default OpenMP binding stays: with our CPU runs' "nobind" (skl_verl.trainer.entry) a request took
+    # ~8x longer here (2.1 s against 0.28 s), and the loops' numbers alike.
     argv = [sys.executable, "-c", launcher, "serve", str(model_dir), "--host", "127.0.0.1", "--port", str(port),
             "--dtype", "float32", "--max-model-len", "4096", "--gpu-memory-utilization", "0.1", "--enforce-eager",
             "--served-model-name", "tiny"]
@@ -368,7 +376,7 @@ class Contender:
     def play(self, step: int, worker_pids: callable) -> dict[str, float]:
         """One batch of episodes: wall and CPU time, and what it produced."""
         self.client.new_round()
-        env_calls = sum(ENV_CALLS.values())
+        env_calls, env_call_s = sum(ENV_CALLS.values()), ENV_CALL_S[0]
         server = {key: getattr(self.client.server, key, 0) for key in ("completion_tokens", "prompt_tokens", "request_s")}
         cpu = driver_cpu_s(worker_pids())
         started = time.perf_counter()
@@ -378,7 +386,7 @@ class Contender:
         mask = output.batch["response_mask"]
         generated = int(mask.sum())
         return {"wall_s": wall, "cpu_s": cpu, "episodes": len(output), "turns": self.client.model_turns,
-                "env_calls": sum(ENV_CALLS.values()) - env_calls,
+                "env_calls": sum(ENV_CALLS.values()) - env_calls, "env_call_s": ENV_CALL_S[0] - env_call_s,
                 "generated": generated, "client_generated": self.client.generated_tokens,
                 "server_generated": getattr(self.client.server, "completion_tokens", 0) - server["completion_tokens"],
                 "server_prompt_tokens": getattr(self.client.server, "prompt_tokens", 0) - server["prompt_tokens"],
@@ -419,17 +427,23 @@ def env_worker_pids(server_pid: int | None) -> list[int]:
 
 
 ENV_CALLS: Counter[str] = Counter()
+ENV_CALL_S = [0.0]
+"""Wall seconds episodes spent awaiting env worker calls, summed over episodes."""
 
 
 def count_env_calls() -> None:
-    """Count every call our loop makes to an env worker (one IPC round trip each), by method."""
+    """Count every call our loop makes to an env worker (one IPC round trip each), by method, and time it."""
     from skl_verl.rollout.env_runtime import EnvWorkerClient
 
     call = EnvWorkerClient.call
 
     async def counted_call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         ENV_CALLS[method] += 1
-        return await call(self, method, *args, **kwargs)
+        started = time.perf_counter()
+        try:
+            return await call(self, method, *args, **kwargs)
+        finally:
+            ENV_CALL_S[0] += time.perf_counter() - started
 
     EnvWorkerClient.call = counted_call
 
@@ -468,8 +482,8 @@ def report(contenders: dict[str, Contender], round_trip_ms: float) -> bool:
         medians[name] = {"tokens_s": first["generated"] / median_wall, "wall_turn_ms": 1e3 * median_wall / first["turns"],
                          "cpu_turn_ms": 1e3 * statistics.median(r["cpu_s"] for r in rounds) / first["turns"]}
         row(f"{name}: tokens/s", f"{medians[name]['tokens_s']:,.0f}",
-            f"{first['generated']} tokens / median {median_wall:.3f} s of {len(rounds)} round(s), "
-            f"best {min(r['wall_s'] for r in rounds):.3f} s")
+            f"{first['generated']} tokens / median of {len(rounds)} round(s): "
+            + " ".join(f"{r['wall_s']:.3f}" for r in rounds) + " s")
     ours, verl = medians["ours"], medians["verl"]
     row("ratio ours/verl (tokens/s)", f"{ours['tokens_s'] / verl['tokens_s']:.2f}x", "target >= 0.9x")
     for name, values in medians.items():
@@ -481,6 +495,8 @@ def report(contenders: dict[str, Contender], round_trip_ms: float) -> bool:
     ours_first = contenders["ours"].rounds[0]
     row("ours: env worker calls per turn", f"{ours_first['env_calls'] / ours_first['turns']:.2f}",
         f"{ours_first['env_calls']} calls (reset, step, admissible_actions, ...), one IPC round trip each")
+    env_wait_ms = 1e3 * statistics.median(r["env_call_s"] for r in contenders["ours"].rounds) / ours_first["turns"]
+    row("ours: env worker wait ms per turn", f"{env_wait_ms:.2f}", "an episode's wall awaiting its env worker, per turn")
     row("env worker round trip, ms", f"{round_trip_ms:.3f}", "median, one awaited call at a time, no episode running")
     for name, contender in contenders.items():
         row(f"{name}: context tokens per episode", f"{contender.rounds[0]['context'] / contender.episodes:.0f}",
