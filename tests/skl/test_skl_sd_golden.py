@@ -114,7 +114,8 @@ def play_recipe_entry(tmp_path, model_dir, entry_name, env_name, env_kwargs, tas
                           tmp_path / "sd.parquet")
     config = compose_config([
         f"actor_rollout_ref.model.path={model_dir}", f"data.train_files={train}", f"data.val_files={train}",
-        "data.train_batch_size=1", f"data.max_prompt_length={prompt_length}", f"data.max_response_length={response_length}",
+        "data.train_batch_size=1", f"data.max_prompt_length={prompt_length}",
+        f"data.max_response_length={response_length}",
         "actor_rollout_ref.rollout.n=1", "actor_rollout_ref.actor.ppo_mini_batch_size=1",
         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
         "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=1",
@@ -186,6 +187,8 @@ BASE_KNOWLEDGE = "living things are probably in the greenhouse; looking around s
 def refined_knowledge(step):
     """ẑ the scripted reflection on the base's step ``step`` writes."""
     return f"refined at step {step}: the living thing is outside; focus on it, then carry it to the red box"
+
+
 needs_sciworld = pytest.mark.skipif(
     importlib.util.find_spec("scienceworld") is None or shutil.which("java") is None,
     reason="scienceworld package or java missing",
@@ -241,8 +244,8 @@ def test_skl_sd_sciworld_golden_episode(tmp_path, tiny_model_dir, monkeypatch):
     finally:
         env.close()
     assert gold[0].startswith("open door to ") and len(gold) < 30
-    # Budgets for the tiny tokenizer (about 1.4 characters a token): 30 turns of observation and admissible
-    # actions (about 4,500 characters each) in the base's response, C_t (up to about 11,000) in a prompt.
+    # Budgets for the tiny tokenizer (about 1.4 characters a token): the base's response holds 30 hallway
+    # observations with their admissible actions (about 93,000 characters), a reflection's prompt C_t about 8,500.
     data, config, policy = play_recipe_entry(tmp_path, tiny_model_dir, "skl_sd_sciworld", "sciworld", SCIWORLD_KWARGS,
                                              SCIWORLD_TASK, lambda tokenizer: ScriptedScientist(tokenizer, gold),
                                              response_length=131072, prompt_length=12288)
@@ -276,7 +279,8 @@ def test_skl_sd_sciworld_golden_episode(tmp_path, tiny_model_dir, monkeypatch):
     # pre-filled at its first two states, and the policy's own knowledge everywhere else.
     refined = refined_knowledge(min(order))
     assert [s.action for s in retry_steps] == gold and retry_steps[-1].done
-    assert [s.state_key for s in retry_steps[:2]] == [hallway, hallway] and hallway not in {s.state_key for s in retry_steps[2:]}
+    assert [s.state_key for s in retry_steps[:2]] == [hallway, hallway]
+    assert hallway not in {s.state_key for s in retry_steps[2:]}
     assert [s.prefilled for s in retry_steps] == [True, True] + [False] * (len(gold) - 2)
     assert [s.knowledge for s in retry_steps] == [refined] * 2 + [BASE_KNOWLEDGE] * (len(gold) - 2)
     assert int(fields["skl_prefilled_states"][-1]) == 1
