@@ -7,7 +7,8 @@ what Eq. 1 trains on: successful base episodes (D_base), successful retries (D_d
 reflections of successful retries (D_reflect); everything else is kept in the batch with zero
 weight so its metrics are still logged. Success is R(τ) ≥ 1 (``success: reward_full``, the
 default: R3L's rule, in whose code the authors ran SKL-SD), Alg. 1's R(τ) > 0 (``reward_positive``)
-or the env's win flag (``won``). The ``skl_sd`` estimator turns (phase, keep) into Eq. 1.
+or the env's win flag (``won``: R3L's rule on ScienceWorld, whose return here is the progress gained,
+not the final score, see agent_loops.yaml). The ``skl_sd`` estimator turns (phase, keep) into Eq. 1.
 
 Bootstrapping visits ceil(f·T) uniformly sampled steps of a failed episode (seeded per trial),
 from T−1 back to 0. C_t shows s_t, N buffered continuations from s_t with the states they reached
