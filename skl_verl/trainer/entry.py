@@ -244,6 +244,27 @@ def check_dataset_loops(config: DictConfig) -> None:
                 )
 
 
+def check_train_rows_fill_a_batch(config: DictConfig) -> list[str]:
+    """verl's train loader drops the last partial batch, so a train set smaller than
+    ``data.train_batch_size`` gives zero steps per epoch and verl dies on a ``ZeroDivisionError``.
+    As messages, like ``check_data_files``: a dry run reports them, a real run refuses to start."""
+    import pyarrow.parquet as pq
+
+    files = config.data.get("train_files")
+    paths = [p for p in ([files] if isinstance(files, str) else list(files or [])) if os.path.exists(p)]
+    if not paths:
+        return []
+    rows = sum(pq.read_metadata(path).num_rows for path in paths)
+    max_samples = config.data.get("train_max_samples", -1) or -1
+    if max_samples > 0:
+        rows = min(rows, max_samples)
+    batch = config.data.train_batch_size
+    if rows >= batch:
+        return []
+    return [f"data.train_files: {', '.join(paths)} hold(s) {rows} row(s), fewer than data.train_batch_size={batch}; "
+            "verl drops a partial batch, so no step would run. Build more tasks or lower data.train_batch_size."]
+
+
 def check_data_files(config: DictConfig) -> list[str]:
     """Missing dataset files, as messages (a dry run reports them; a real run refuses to start)."""
     problems = []
@@ -287,7 +308,7 @@ def run(config: DictConfig) -> None:
     from verl.utils.config import validate_config
 
     config = prepare_config(config)
-    problems = check_data_files(config)
+    problems = check_data_files(config) + check_train_rows_fill_a_batch(config)
     check_dataset_loops(config)
     dry_run = config.get("skl", {}).get("dry_run", False)
     checked, notes = (without_critic_model(config) if dry_run else (config, []))

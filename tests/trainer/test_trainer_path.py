@@ -18,7 +18,7 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
 from skl_verl.rollout.data import env_rows, write_parquet
-from skl_verl.trainer.entry import ConfigError, check_dataset_loops, prepare_config
+from skl_verl.trainer.entry import ConfigError, check_dataset_loops, check_train_rows_fill_a_batch, prepare_config
 from weight_sync import weight_sync_problems
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -85,7 +85,8 @@ def test_the_sync_check_fails_when_the_weights_never_reach_vllm(tmp_path, tiny_m
     tests_dir = str(ROOT / "tests" / "trainer")
     env = {"VERL_USE_EXTERNAL_MODULES": "skip_weight_sync",
            "PYTHONPATH": os.pathsep.join(filter(None, [tests_dir, os.environ.get("PYTHONPATH")]))}
-    steps = launch(tmp_path, ["trainer.total_training_steps=2"], tmp_path, tiny_model_dir, rollout="vllm", env=env)
+    steps = launch(tmp_path, ["trainer.total_training_steps=2", "data.train_batch_size=4"], tmp_path, tiny_model_dir,
+                   rollout="vllm", env=env)
     problems = weight_sync_problems(steps)
     assert [p.split(":")[0] for p in problems] == ["step 1", "step 2"], problems
 
@@ -150,6 +151,23 @@ def test_dataset_rows_naming_another_loop_are_refused(tmp_path):
         check_dataset_loops(config)
     write_parquet(env_rows("frozenlake", {"size": 2, "num_tasks": 2, "seed": 0}), path)
     check_dataset_loops(config)  # rows naming no loop play the configured one
+
+
+def test_a_train_set_smaller_than_one_batch_is_refused_before_any_worker_starts(tmp_path):
+    """verl drops the partial batch, so 4 rows with a batch of 8 gave zero steps per epoch and a
+    ZeroDivisionError inside verl's fit (measured in CI, stop 30)."""
+    path = write_parquet(env_rows("frozenlake", {"size": 2, "num_tasks": 4, "seed": 0}), tmp_path / "frozenlake_train.parquet")
+    config = compose_quickstart([f"data.train_files={path}", "data.train_batch_size=8"])
+    [problem] = check_train_rows_fill_a_batch(config)
+    assert "hold(s) 4 row(s), fewer than data.train_batch_size=8" in problem
+    assert check_train_rows_fill_a_batch(compose_quickstart([f"data.train_files={path}", "data.train_batch_size=4"])) == []
+    # Through the entry point: refused with the message, before Ray or any worker starts.
+    result = subprocess.run([sys.executable, "-m", "skl_verl.main", f"--config-path={QUICKSTART_CONFIG}",
+                             "--config-name=quickstart_frozenlake", "trainer.device=cpu", "actor_rollout_ref.rollout.name=hf",
+                             f"data.train_files={path}", f"data.val_files={path}", "data.train_batch_size=8"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=300, env=dict(os.environ, MODEL_PATH=str(tmp_path)))
+    assert result.returncode != 0 and "fewer than data.train_batch_size=8" in result.stderr + result.stdout
+    assert "Started a local Ray instance" not in result.stderr + result.stdout
 
 
 def test_a_head_size_vllms_cpu_attention_does_not_serve_is_refused_before_any_worker_starts(tmp_path, tiny_model_dir):
