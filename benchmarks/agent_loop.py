@@ -99,6 +99,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join([str(_ROOT), str(_ROOT / "tests"), os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+from benchmarks._measure import cpu_seconds, row  # noqa: E402
 from envs import ENV_CLASSES, StepResult, TaskSpec, TextEnv  # noqa: E402
 
 ENV_NAME = "bench_no_cost"
@@ -113,10 +114,6 @@ OUR_REPLY = f"<action>{ACTION}</action>"
 VERL_TOOL_REPLY = '<tool_call>{"name": "%s", "arguments": {}}</tool_call>' % ACTION
 VERL_LAST_REPLY = "<answer>done</answer>"
 SERVER_START_TIMEOUT_S = 300.0
-
-
-def row(name: str, value: str, note: str = "") -> None:
-    print(f"{name:<40} {value:>16}  {note}")
 
 
 # ------------------------------------------------------------------------------ env and tool, no cost
@@ -378,11 +375,11 @@ class Contender:
         self.client.new_round()
         env_calls, env_call_s = sum(ENV_CALLS.values()), ENV_CALL_S[0]
         server = {key: getattr(self.client.server, key, 0) for key in ("completion_tokens", "prompt_tokens", "request_s")}
-        cpu = driver_cpu_s(worker_pids())
+        cpu = cpu_seconds(worker_pids())
         started = time.perf_counter()
         output = self.rollout.rollout(dict(self.batch), step=step, n=1)
         wall = time.perf_counter() - started
-        cpu = driver_cpu_s(worker_pids()) - cpu
+        cpu = cpu_seconds(worker_pids()) - cpu
         mask = output.batch["response_mask"]
         generated = int(mask.sum())
         return {"wall_s": wall, "cpu_s": cpu, "episodes": len(output), "turns": self.client.model_turns,
@@ -400,18 +397,6 @@ def client_tokenizer(model_dir: Path):
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(model_dir)
-
-
-def driver_cpu_s(worker_pids: list[int]) -> float:
-    """CPU seconds (user + system) of this process and of the given env worker processes."""
-    import psutil
-
-    total = time.process_time()
-    for pid in worker_pids:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            times = psutil.Process(pid).cpu_times()
-            total += times.user + times.system
-    return total
 
 
 def env_worker_pids(server_pid: int | None) -> list[int]:

@@ -52,12 +52,9 @@ os.environ["PYTHONPATH"] = os.pathsep.join([str(_ROOT), os.environ.get("PYTHONPA
 
 from envs import make_env  # noqa: E402
 from skl_verl.rollout.env_runtime import EnvWorkerClient, guarded_call  # noqa: E402
+from benchmarks._measure import cpu_seconds, row  # noqa: E402
 
 TIMEOUT_S = 120.0
-
-
-def row(name: str, value: str, note: str = "") -> None:
-    print(f"{name:<46} {value:>16}  {note}")
 
 
 # ------------------------------------------------------------------------------------ ALFWorld
@@ -75,17 +72,6 @@ def alfworld_games(out: Path) -> list[tuple[str, list[str]]]:
         env.close()
 
 
-def cpu_s(pids: list[int]) -> float:
-    """CPU seconds (user + system) this process and the worker processes ``pids`` have used."""
-    total = time.process_time()
-    ticks = os.sysconf("SC_CLK_TCK")
-    for pid in pids:
-        with open(f"/proc/{pid}/stat") as handle:
-            fields = handle.read().rsplit(")", 1)[1].split()
-        total += (int(fields[11]) + int(fields[12])) / ticks
-    return total
-
-
 def raw_engine_episodes(data_dir: Path, episodes: list[tuple[str, list[str]]]) -> tuple[float, float]:
     """(wall seconds, CPU seconds) for the episodes on alfworld's engine stack, serially, in this process."""
     import textworld
@@ -96,7 +82,7 @@ def raw_engine_episodes(data_dir: Path, episodes: list[tuple[str, list[str]]]) -
     engine = AlfredInfos(AlfredDemangler(PddlEnv(textworld.EnvInfos(admissible_commands=True, won=True,
                                                                     extras=["gamefile"])), shuffle=False))
     argv = list(sys.argv)
-    cpu = cpu_s([])
+    cpu = cpu_seconds([])
     started = time.perf_counter()
     for task_id, walkthrough in episodes:
         engine.load(str(split / task_id / "game.tw-pddl"))
@@ -106,7 +92,7 @@ def raw_engine_episodes(data_dir: Path, episodes: list[tuple[str, list[str]]]) -
         assert state["won"], task_id
     elapsed = time.perf_counter() - started
     sys.argv[:] = argv  # fast_downward overwrites it
-    return elapsed, cpu_s([]) - cpu
+    return elapsed, cpu_seconds([]) - cpu
 
 
 async def runtime_episodes(clients: list[EnvWorkerClient], episodes: list[tuple[str, list[str]]]) -> float:
@@ -154,9 +140,9 @@ def alfworld_section(rounds: int) -> None:
             asyncio.run(runtime_episodes(clients, games[:workers]))  # start + warm every worker
             warm = time.perf_counter() - start
             pids = [env.worker_pid for env in clients]
-            cpu = cpu_s(pids)
+            cpu = cpu_seconds(pids)
             elapsed = asyncio.run(runtime_episodes(clients, episodes))
-            used = cpu_s(pids) - cpu
+            used = cpu_seconds(pids) - cpu
             rate = len(episodes) / elapsed
             row(f"alfworld runtime, {workers} worker{'s' if workers > 1 else ''}", f"{rate:.2f} eps/s",
                 f"{rate / raw_rate:.2f}x serial raw engine; CPU {1e3 * used / steps:.1f} ms/step "

@@ -192,7 +192,9 @@ SCIWORLD_TASKS = ["find-living-thing", "find-non-living-thing"]
 
 
 def sciworld_kwargs(split: str) -> str:
-    return json.dumps({"split": split, "max_steps": 10, "task_names": SCIWORLD_TASKS, "max_variations_per_task": 2})
+    # both recipes' run scripts build ScienceWorld data with the verb templates
+    return json.dumps({"split": split, "max_steps": 10, "task_names": SCIWORLD_TASKS, "max_variations_per_task": 2,
+                       "action_format": "templates"})
 
 
 def build(data_dir: Path, module: str, split: str, name: str, *extra: str) -> None:

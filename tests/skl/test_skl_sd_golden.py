@@ -43,12 +43,14 @@ and never again (the score rises past 8 once it leaves): its first two knowledge
 pre-filled (one refined state), and the policy writes its own knowledge at the other len(gold) - 2.
 Normaliser: kept tokens weigh n_all / n_kept (response-mask tokens of the batch over those of the 7 kept
 rows), the base's 0; per row the term weight is -scale for a reflection (SFT) and +scale for the retry (PG).
-Budgets: the base's response holds 30 observations with their admissible actions, about 93,000 characters
-(65,000 tiny-tokenizer tokens), hence the test's 131,072-token response budget.
+Budgets: the recipe's episode budget is R3L's, 16,384 response tokens; the base's 30 turns (observations
+with the action templates, the knowledge and action turns) must fit it under a real 49k BPE (SmolLM2's).
+The tiny test tokenizer spends about 1.4 characters a token, hence the test's larger budget while playing.
 """
 
 import importlib.util
 import shutil
+from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
@@ -60,6 +62,7 @@ from skl_verl.rollout.data import env_rows, write_parquet
 from skl_verl.skl.stateful_loop import ACTION_REQUEST, KNOWLEDGE_QUESTION
 from skl_verl.trainer.inprocess_rollout import AgentRollout, compose_config
 
+RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 LAMBDA_DISTILL, LAMBDA_REFLECT = 0.5, 0.25
 GOAL = "i need coffee table that is solid wood, and price lower than 159.00 dollars"
 LONG_KNOWLEDGE = " ".join(["check every required attribute before buying"] * 42)[: 10_000]  # 252 words
@@ -176,7 +179,7 @@ def test_skl_sd_webshop_golden_episode(tmp_path, tiny_model_dir, webshop_url, mo
 
 
 SCIWORLD_TASK = "sciworld-find-living-thing-v0"
-SCIWORLD_KWARGS = {"split": "train", "max_steps": 30}  # run_sciworld.sh's build_tasks sciworld_train
+SCIWORLD_KWARGS = {"split": "train", "max_steps": 30, "action_format": "templates"}  # run_sciworld.sh's sciworld_train
 SCIWORLD_GOAL = ("Your task is to find a(n) living thing. First, focus on the thing. "
                  "Then, move it to the red box in the kitchen.")
 # The base dawdles in the hallway (valid moves that change nothing) and walks to the greenhouse at the last step.
@@ -230,7 +233,7 @@ class ScriptedScientist:
 
 
 @needs_sciworld
-def test_skl_sd_sciworld_golden_episode(tmp_path, tiny_model_dir, monkeypatch):
+def test_skl_sd_sciworld_golden_episode(tmp_path, tiny_model_dir, smollm2_dir, monkeypatch):
     from envs.sciworld_env import SciWorldEnv
 
     monkeypatch.setenv("TENSORBOARD_DIR", str(tmp_path / "tb"))
@@ -244,21 +247,30 @@ def test_skl_sd_sciworld_golden_episode(tmp_path, tiny_model_dir, monkeypatch):
     finally:
         env.close()
     assert gold[0].startswith("open door to ") and len(gold) < 30
-    # Budgets for the tiny tokenizer (about 1.4 characters a token): the base's response holds 30 hallway
-    # observations with their admissible actions (about 93,000 characters), a reflection's prompt C_t about 8,500.
+    # Budgets for the tiny tokenizer (about 1.4 characters a token); the real-tokenizer fit is checked below.
     data, config, policy = play_recipe_entry(tmp_path, tiny_model_dir, "skl_sd_sciworld", "sciworld", SCIWORLD_KWARGS,
                                              SCIWORLD_TASK, lambda tokenizer: ScriptedScientist(tokenizer, gold),
-                                             response_length=131072, prompt_length=12288)
+                                             response_length=65536, prompt_length=12288)
     fields = data.non_tensor_batch
     prompts = policy.prompts
 
     # What the model sees first: the task and the hallway, the admissible actions, the knowledge question.
     first = prompts["base:knowledge"][0].rsplit("<|im_start|>user", 1)[1]
     assert SCIWORLD_GOAL in first and "This room is called the hallway." in first
-    assert "Admissible actions:" in first and "go to greenhouse" in first and KNOWLEDGE_QUESTION in first
+    # The recipe's action format: verb templates and the objects in reach, not the ~4,000-character valid list.
+    assert "Action templates" in first and "Admissible actions:" not in first and KNOWLEDGE_QUESTION in first
 
     # Samples: the base episode, ceil(0.2 * 30) = 6 reflections, the retry.
     assert list(fields["skl_phase"]) == ["base"] + ["reflect"] * 6 + ["distill"]
+
+    # The whole 30-turn base episode fits the recipe's episode budget (R3L's 20,480 = prompt 4,096 +
+    # response 16,384) under a real 49k BPE; the full valid-action list (~93,000 characters) would not.
+    recipe = OmegaConf.load(RECIPES / "skl_sd/config/skl_sd_base.yaml")
+    live = data.batch["attention_mask"][0][data.batch["prompts"].shape[1]:].bool()
+    base_text = AutoTokenizer.from_pretrained(tiny_model_dir).decode(data.batch["responses"][0][live])
+    real_tokens = len(AutoTokenizer.from_pretrained(smollm2_dir)(base_text, add_special_tokens=False)["input_ids"])
+    print(f"ScienceWorld base episode: {len(base_text)} characters, {real_tokens} SmolLM2 tokens")
+    assert 20_000 < len(base_text) and real_tokens <= recipe.data.max_response_length == 16384
     order = [int(t) for t in fields["skl_bootstrap_order"][0]]
     assert len(set(order)) == 6 and order == sorted(order, reverse=True) and all(0 <= t < 30 for t in order)
 
@@ -328,6 +340,9 @@ def test_step_limits_are_one_limit_per_env():
         assert script.count("$MAX_STEPS") == 4 and '"max_steps": 50' not in script
         for name in (f"skl_sd_{env}", f"skl_stateful_{env}", f"skl_sd_grpo_{env}"):
             assert loops[name].max_turns == limit, name
+    # Every ScienceWorld dataset the script builds shows the templates the golden episode was measured with.
+    script = (root / "recipes/skl_sd/run_sciworld.sh").read_text()
+    assert script.count('\\"action_format\\": \\"templates\\"') == 4 == script.count("build_tasks ")
 
 
 def test_recipe_settings_are_r3l_7b():
