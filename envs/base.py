@@ -144,6 +144,12 @@ class TextEnv(abc.ABC):
         list ``admissible_actions()``."""
         return None
 
+    def prompt_actions(self) -> str | list[str]:
+        """What a prompt shows of the admissible actions: ``action_prompt()``, else ``admissible_actions()``.
+        One method, so an env in a worker process answers it in one round trip (an agent loop asks after
+        every observation)."""
+        return self.action_prompt() or self.admissible_actions()
+
     @abc.abstractmethod
     def state_key(self) -> str:
         """A canonical key of the current state (knowledge tables are keyed by it)."""

@@ -324,9 +324,8 @@ class EnvAgentLoop(DeclaredOptions, AgentLoopBase):
         return render_turn(observation, actions)
 
     async def _prompt_actions(self, env: TextEnv, timing: dict[str, float]) -> list[str] | str:
-        """What a prompt shows of the admissible actions: the env's compact rendering
-        (``TextEnv.action_prompt``), else the list; both calls guarded."""
-        return await self._env_call(timing, env.action_prompt) or await self._env_call(timing, env.admissible_actions)
+        """What a prompt shows of the admissible actions (``TextEnv.prompt_actions``): one guarded call."""
+        return await self._env_call(timing, env.prompt_actions)
 
     async def policy_turn(self, context: "TurnContext", episode: EpisodeResult) -> str | None:
         """What the policy says before one env step (the text the parser reads); None when the

@@ -131,10 +131,12 @@ def check_result(method: str, value: Any) -> Any:
         if not isinstance(value, (tuple, list)) or len(value) != 2:
             raise InvalidEnvResult(f"reset() returned {type(value).__name__}, not (observation, info)")
         return _text(value[0], "observation"), _info(value[1], "info")
-    if method == "admissible_actions":
+    if method == "admissible_actions" or (method == "prompt_actions" and not isinstance(value, str)):
         if not isinstance(value, (list, tuple)) or not all(isinstance(a, str) for a in value):
-            raise InvalidEnvResult(f"admissible_actions() returned {value!r:.80}, not a list of str")
+            raise InvalidEnvResult(f"{method}() returned {value!r:.80}, not a list of str")
         return [_text(action, "an admissible action") for action in value]
+    if method == "prompt_actions":
+        return _text(value, "prompt_actions()")
     if method == "state_key":
         return _text(value, "state_key()")
     if method == "action_prompt" and value is not None:
@@ -429,6 +431,9 @@ class EnvWorkerClient(TextEnv):
 
     def action_prompt(self) -> str | None:
         return self._call_blocking("action_prompt")
+
+    def prompt_actions(self) -> str | list[str]:
+        return self._call_blocking("prompt_actions")
 
     def get_state(self) -> Any:
         return self._call_blocking("get_state")
