@@ -222,6 +222,12 @@ def dataset_agent_loops(path: str) -> set[str]:
     return {str(v) for v in pq.read_table(path, columns=["agent_name"]).column("agent_name").to_pylist() if v}
 
 
+def data_paths(config: DictConfig, key: str) -> list[str]:
+    """``data.<key>`` (one path or a list of them) as a list."""
+    files = config.data.get(key)
+    return [files] if isinstance(files, str) else list(files or [])
+
+
 def check_dataset_loops(config: DictConfig) -> None:
     """verl plays a row with its ``agent_name`` loop whatever the config says; refuse a dataset whose
     rows name another loop than the one the config trains (or validates) with."""
@@ -231,8 +237,7 @@ def check_dataset_loops(config: DictConfig) -> None:
         "val_files": config.get("skl", {}).get("val_agent_loop") or rollout_agent.default_agent_loop,
     }
     for key, loop in expected.items():
-        files = config.data.get(key)
-        for path in [files] if isinstance(files, str) else list(files or []):
+        for path in data_paths(config, key):
             if not os.path.exists(path):
                 continue
             other = dataset_agent_loops(path) - {loop}
@@ -250,8 +255,7 @@ def check_train_rows_fill_a_batch(config: DictConfig) -> list[str]:
     As messages, like ``check_data_files``: a dry run reports them, a real run refuses to start."""
     import pyarrow.parquet as pq
 
-    files = config.data.get("train_files")
-    paths = [p for p in ([files] if isinstance(files, str) else list(files or [])) if os.path.exists(p)]
+    paths = [p for p in data_paths(config, "train_files") if os.path.exists(p)]
     if not paths:
         return []
     rows = sum(pq.read_metadata(path).num_rows for path in paths)
@@ -269,8 +273,7 @@ def check_data_files(config: DictConfig) -> list[str]:
     """Missing dataset files, as messages (a dry run reports them; a real run refuses to start)."""
     problems = []
     for key in ("train_files", "val_files"):
-        files = config.data.get(key)
-        for path in [files] if isinstance(files, str) else list(files or []):
+        for path in data_paths(config, key):
             if not os.path.exists(path):
                 problems.append(f"data.{key}: {path} does not exist (build it with the recipe's dataset command)")
     return problems
