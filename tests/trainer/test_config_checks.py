@@ -183,7 +183,7 @@ def composed(recipe, config_name, overrides=()):
     return prepare_config(compose(str(RECIPES / recipe / "config"), config_name, list(overrides)))
 
 
-RESCORING = [("knowledge_weaver", "kw_alfworld", 6000), ("skl_sd", "skl_sd_webshop", 12288),
+RESCORING = [("knowledge_weaver", "kw_alfworld", 6000), ("skl_sd", "skl_sd_webshop", 20480),
              ("skl_rl", "skl_rl_chess_distill", 62048)]
 """Recipes whose loops rescore with prompt_logprobs, and their longest rescoring (max prompt + response)."""
 
