@@ -113,11 +113,40 @@ class TagActionParser:
         return ParsedAction(action)
 
 
+class KeywordActionParser:
+    """The first of ``keywords`` that the reply says as a whole word, tags or not (ASCII case ignored).
+
+    For a small pretrained model that names an action but does not keep to a tag format (SmolLM2-135M
+    replies to FrozenLake in prose): the format is then no longer part of what it must learn. The
+    action is the keyword as declared, whatever case the reply used. One alternation of literals with
+    word-boundary lookarounds, so each character is examined a bounded number of times.
+    """
+
+    def __init__(self, keywords: tuple[str, ...] | list[str]):
+        if isinstance(keywords, str) or not keywords:
+            raise ValueError(f"keywords must be a non-empty list of words, got {keywords!r}")
+        for word in keywords:
+            if not isinstance(word, str) or not re.fullmatch(r"[A-Za-z0-9_]+(?: [A-Za-z0-9_]+)*", word):
+                raise ValueError(f"invalid keyword {word!r}: use ASCII letters, digits, '_' and single spaces")
+        self.keywords = tuple(keywords)
+        self._declared = {word.lower(): word for word in self.keywords}
+        names = "|".join(re.escape(w) for w in sorted(self._declared, key=len, reverse=True))
+        self._word = re.compile(rf"(?<![A-Za-z0-9_])(?ai:{names})(?![A-Za-z0-9_])")
+
+    def __call__(self, text: str) -> ParsedAction:
+        if not isinstance(text, str):
+            return ParsedAction(None, f"model output is {type(text).__name__}, not text")
+        match = self._word.search(text)
+        if match is None:
+            return ParsedAction(None, f"no action word ({', '.join(self.keywords)}) in the reply")
+        return ParsedAction(self._declared[match.group().lower()])
+
+
 def build_parser(spec: str | dict | None) -> ActionParser:
     """Build a parser from loop config.
 
     ``None`` → the default tag parser; ``{"tags": [...], "max_action_chars": n}`` → a tag
-    parser; ``"pkg.module:callable"`` or ``{"path": "file.py", "name": "fn"}``-style specs
+    parser; ``{"keywords": [...]}`` → the first of those words in the reply; ``"pkg.module:callable"`` or ``{"path": "file.py", "name": "fn"}``-style specs
     load a user callable ``(text) -> ParsedAction`` through verl's own extern loader.
     """
     if spec is None:
@@ -134,9 +163,14 @@ def build_parser(spec: str | dict | None) -> ActionParser:
         if not os.path.isfile(str(spec["path"])):
             raise ValueError(f"parser path {spec['path']!r} is not a file")
         return _guarded(load_extern_object(module_path=spec["path"], object_name=spec.get("name", "")))
+    if "keywords" in spec:
+        if set(spec) != {"keywords"}:
+            raise ValueError(f"a keyword parser takes only 'keywords', got {sorted(spec)}")
+        return KeywordActionParser(spec["keywords"])
     unknown = set(spec) - {"tags", "max_action_chars"}
     if unknown:
-        raise ValueError(f"unknown parser options {sorted(unknown)}; expected 'tags', 'max_action_chars'")
+        raise ValueError(f"unknown parser options {sorted(unknown)}; expected 'tags', 'max_action_chars' "
+                         "(a tag parser) or 'keywords' (a keyword parser)")
     return TagActionParser(**spec)
 
 

@@ -5,7 +5,7 @@ import string
 
 import pytest
 
-from skl_verl.rollout.parsing import ParsedAction, TagActionParser, build_parser
+from skl_verl.rollout.parsing import KeywordActionParser, ParsedAction, TagActionParser, build_parser
 
 FRAGMENTS = ["<action>", "</action>", "<answer>", "</answer>", "<think>", "</think>", "<", ">", "/", "\n",
              "left", "Nf3", "\x00", "\ud7ff", "🙂", "<action >", "</ action>", "<ACTION>", "]]>", "\\", "{{", "}}"]
@@ -98,6 +98,21 @@ def test_configurable_tags_and_validation():
         TagActionParser(tags=["äction"])
     with pytest.raises(ValueError, match="package.module:callable"):
         build_parser("not_a_spec")
+
+
+def test_a_keyword_parser_takes_the_first_action_word_the_reply_says_tags_or_not():
+    parser = build_parser({"keywords": ["left", "down", "right", "up"]})
+    assert parser("I would go Down, then right.").action == "down"
+    assert parser("<action>RIGHT</action>").action == "right"
+    assert parser("upward, then leftover; finally up").action == "up"  # whole words only
+    assert "no action word (left, down, right, up)" in parser("straight ahead").error
+    assert parser("r\u0131ght, then up").action == "up"  # ASCII case only: dotless-i "rıght" is not "right"
+    with pytest.raises(ValueError, match="non-empty list"):
+        build_parser({"keywords": "left"})
+    with pytest.raises(ValueError, match="only 'keywords'"):
+        build_parser({"keywords": ["left"], "tags": ["action"]})
+    with pytest.raises(ValueError, match="invalid keyword"):
+        KeywordActionParser(["le|ft"])
 
 
 def _raising_parser(text):

@@ -11,7 +11,7 @@ import random
 import pytest
 from cpu_watchdog import cpu_watchdog
 
-from skl_verl.rollout.parsing import ParsedAction, TagActionParser
+from skl_verl.rollout.parsing import KeywordActionParser, ParsedAction, TagActionParser
 
 CASES_PER_PARSER = 10_000
 PARSER_TAGS = [("action", "answer"), ("skill",), ("knowledge",), ("reflection",)]
@@ -128,3 +128,12 @@ def test_one_megabyte_of_adversarial_output_parses_in_linear_time(tags):
         with cpu_watchdog(f"TagActionParser on {text[:20]!r}… ({len(text)} chars)"):
             result = parser(text)
         assert isinstance(result, ParsedAction)
+
+
+def test_one_megabyte_near_the_keywords_parses_in_linear_time():
+    parser = KeywordActionParser(["left", "down", "right", "up", "go up"])
+    for unit in ["lef", "xleft", "go go ", "u", "leftx", "go u"]:
+        text = unit * (ONE_MEGABYTE // len(unit))
+        with cpu_watchdog(f"KeywordActionParser on {text[:20]!r}… ({len(text)} chars)"):
+            result = parser(text)
+        assert not result.ok
