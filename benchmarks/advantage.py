@@ -62,7 +62,8 @@ a 0.5 format penalty on 5% of steps; ``ceil(samples / mean trial length / 24)`` 
 ``skl_step_reward``, ``skl_step_penalty``, object columns). Contenders: ``gigpo`` (ours, from the
 registry, gamma 0.95, omega 1, std) and ``grpo_vectorized`` with ``index`` = the task id (what
 verl's GRPO would receive per prompt uid; it counts steps and does no step grouping, so again the
-cost floor). Check: on a batch of one-step trials with omega = 0, gigpo equals ``grpo_vectorized``.
+cost floor). Check: on a batch of one-step trials without format penalties and with omega = 0, gigpo
+equals ``grpo_vectorized``.
 """
 
 from __future__ import annotations
@@ -289,8 +290,10 @@ def run_gigpo_benchmark(args) -> None:
     for name, ms in medians.items():
         print(f"  {name:<24} | {ms:>9.2f} ms | {ms / base:>7.2f}x grpo_vectorized")
     r, m, f = gigpo_step_batch(2048, args.response_length, args.seed + 3, max_steps=1)
+    # gigpo takes a format penalty off the score before normalising (as verl-agent does), which verl's GRPO
+    # has no field for: the equality holds on a batch without penalties
+    f[sf.STEP_PENALTY] = object_column([0.0] * len(f[sf.STEP_PENALTY]))
     ours, _ = gigpo(token_level_rewards=r, response_mask=m, sample_fields=f, config={"gigpo": {**GIGPO_OPTIONS, "step_advantage_weight": 0.0}})
-    ours = ours + torch.as_tensor(f[sf.STEP_PENALTY].astype(np.float32))[:, None] * m  # compare before penalties
     theirs, _ = vectorized(token_level_rewards=r, response_mask=m, index=f[sf.SEQUENCE_ID])
     diff = max_diff(ours, theirs)
     print(f"  check: one-step trials, omega 0: gigpo vs grpo_vectorized max |diff| = {diff:.2e}  {verdict(diff)}")

@@ -30,3 +30,5 @@ def test_benchmark_runs_in_quick_mode(name):
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, f"{name} --quick failed:\n{result.stdout[-2000:]}\n{result.stderr[-4000:]}"
     assert result.stdout.strip(), f"{name} --quick printed nothing"
+    failed_checks = [line for line in result.stdout.splitlines() if "MISMATCH" in line]
+    assert not failed_checks, f"{name} --quick: its equality checks failed:\n" + "\n".join(failed_checks)
