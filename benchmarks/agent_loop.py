@@ -64,12 +64,12 @@ tokens the server was sent) and generated the same number of tokens (in the batc
 mode, as the server counted), and every token the client generated reached the batch.
 
 Timing: ``time.perf_counter``; CPU from ``time.process_time`` and ``/proc`` (psutil). The machine's load
-shifts every number; nothing asserts on timings. Full mode on a small CPU allotment (2 shared cores here) is
-contention more than loops: the server, the driver and 16 env worker processes share the cores, round walls
-of one run spread up to 3x (the tokens/s note lists them), and our episodes' env calls, 0.1-0.2 ms on an
-idle worker, then wait tens of ms per turn for the worker to be scheduled (and for the event loop, busy with
-other episodes, to take the reply). Read the ratio from several runs, or against a server on its own GPU
-(``--server``), where the loops have the CPU to themselves.
+shifts every number; nothing asserts on timings. CPUs: the server this benchmark starts gets the first
+``--server-cpus`` of this process's CPUs (its processes, and its OpenMP threads through
+``VLLM_CPU_OMP_THREADS_BIND``), the loops and the env workers the rest, as a server on its own GPU leaves
+the node's CPUs to the loops. With everything sharing 2 cores (``--server-cpus 0``) vLLM's OpenMP threads
+wait on cores that the driver and 16 env workers hold: round walls of one run spread up to 3x and single
+runs gave 0.53x-1.55x; split, rounds stay within ~15% of each other.
 """
 
 from __future__ import annotations
@@ -291,10 +291,23 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def split_cpus(server_cpus: int) -> tuple[set[int], set[int]]:
+    """This process's CPUs as (the server's, the loops'): the server takes the first ``server_cpus``; 0 shares
+    them all."""
+    allowed = sorted(os.sched_getaffinity(0))
+    if server_cpus == 0:
+        return set(allowed), set(allowed)
+    if not 0 < server_cpus < len(allowed):
+        raise SystemExit(f"--server-cpus {server_cpus}: this process may use {len(allowed)} CPUs ({allowed}); "
+                         "give 0 (share them) or leave at least one to the loops")
+    return set(allowed[:server_cpus]), set(allowed[server_cpus:])
+
+
 @contextlib.contextmanager
-def vllm_server(model_dir: Path, log_path: Path):
+def vllm_server(model_dir: Path, log_path: Path, cpus: set[int]):
     """``vllm serve`` on this machine (vLLM's CPU build: ``enable_vllm_cpu`` answers the version question
-    the ``vllm`` CLI asks of a distribution named ``vllm-cpu``); yields (base URL, server pid)."""
+    the ``vllm`` CLI asks of a distribution named ``vllm-cpu``), its processes and OpenMP threads on ``cpus``;
+    yields (base URL, server pid)."""
     port = free_port()
     launcher = ("import sys; from skl_verl.trainer.cpu_backend import enable_vllm_cpu; enable_vllm_cpu(); "
                 "from vllm.entrypoints.cli.main import main; sys.argv = ['vllm'] + sys.argv[1:]; sys.exit(main())")
@@ -304,8 +317,11 @@ def vllm_server(model_dir: Path, log_path: Path):
     argv = [sys.executable, "-c", launcher, "serve", str(model_dir), "--host", "127.0.0.1", "--port", str(port),
             "--dtype", "float32", "--max-model-len", "4096", "--gpu-memory-utilization", "0.1", "--enforce-eager",
             "--served-model-name", "tiny"]
+    # vLLM binds its OpenMP threads itself: named CPUs, since its "auto" picks from the whole NUMA node
+    server_env = {**os.environ, "VLLM_CPU_OMP_THREADS_BIND": ",".join(map(str, sorted(cpus)))}
     with open(log_path, "w") as log:
-        server = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        server = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=server_env,
+                                  preexec_fn=lambda: os.sched_setaffinity(0, cpus))
     url = f"http://127.0.0.1:{port}/v1"
     try:
         deadline = time.monotonic() + SERVER_START_TIMEOUT_S
@@ -518,6 +534,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--server", default=None, help="an OpenAI-compatible base URL to use instead of starting vllm serve")
     parser.add_argument("--served-model", default=None, help="the model name --server serves")
     parser.add_argument("--model", default=None, help="tokenizer / checkpoint dir (default: the tiny model, built in a temp dir)")
+    parser.add_argument("--server-cpus", type=int, default=len(os.sched_getaffinity(0)) // 2,
+                        help="CPUs for the vllm serve this benchmark starts, the rest for the loops and env workers "
+                             "(as a server on its own GPU leaves the node's CPUs to the loops); 0: all share all "
+                             "(default: half)")
     parser.add_argument("--quick", action="store_true", help="seconds, not minutes: scripted replies, tiny sizes (CI)")
     args = parser.parse_args(argv)
     if args.quick:
@@ -540,8 +560,11 @@ def main(argv: list[str] | None = None) -> int:
             if args.server:
                 url, served_model = args.server, args.served_model or str(model_dir)
             else:
-                url, server_pid = stack.enter_context(vllm_server(model_dir, folder / "vllm_serve.log"))
+                server_cpus, loop_cpus = split_cpus(args.server_cpus)
+                url, server_pid = stack.enter_context(vllm_server(model_dir, folder / "vllm_serve.log", server_cpus))
+                os.sched_setaffinity(0, loop_cpus)  # the env workers, started later, inherit it
                 served_model = "tiny"
+                print(f"vllm serve on CPUs {sorted(server_cpus)}, the loops and env workers on {sorted(loop_cpus)}")
             server = ServerOnItsOwnThreads(forced_length_client(url, served_model, tokenizer), args.episodes)
             stack.callback(server.close)
         mode = "scripted replies (loop overhead alone)" if args.quick else f"model server {url}"
