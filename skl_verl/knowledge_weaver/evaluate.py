@@ -21,7 +21,8 @@ same guidance is played once (a k above the bank size). Metrics per bank and k: 
 reward (WebShop), success = won or reward >= 0.999999; mean and sample std over banks; guidance-block
 tokens in the executor's tokenizer (0 without guidance). Jaccard overlap (§4.3): at k (10), the tasks
 each entry is retrieved for; the mean over pairs of retrieved entries of |A & B| / |A | B|, averaged over
-banks. Writes ``results.json``, ``table.txt`` (ours beside the paper's Tables 1-3) and ``sr_vs_k.png``.
+banks. Writes ``results.json`` (with every episode: task, guidance, seed, won, reward, steps, and replies
+that named no admissible command), ``table.txt`` (ours beside the paper's Tables 1-3) and ``sr_vs_k.png``.
 """
 
 from __future__ import annotations
@@ -400,7 +401,8 @@ def evaluate(args) -> dict[str, Any]:
         per_k[k] = summarize(per_bank, tokens)
     results["per_k"] = {str(k): summary for k, summary in per_k.items()}
     results["episodes"] = [{"task_id": task_id, "guidance": text, "seed": seed, "won": e.won, "reward": episode_reward(e),
-                            "status": e.status, "steps": len(e.steps)} for (task_id, text, seed), e in episodes.items()]
+                            "status": e.status, "steps": len(e.steps), "invalid_replies": sum(s.invalid_reply for s in e.steps)}
+                           for (task_id, text, seed), e in episodes.items()]
 
     sections = []
     if episodes:

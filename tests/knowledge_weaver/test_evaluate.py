@@ -16,7 +16,8 @@ PATH = ["right", "right", "down", "down"]  # wins on both maps
 
 
 class ScriptedExecutor:
-    """Walks PATH when its guidance mentions 'east', else keeps bumping into the left wall."""
+    """Walks PATH when its guidance mentions 'east', names no valid command under WAIT alone, else keeps
+    bumping into the left wall."""
 
     def __init__(self, tokenizer, control_wins_on_odd_seeds=False):
         self.tokenizer, self.guidance_seen, self.seeds = tokenizer, [], []
@@ -32,6 +33,8 @@ class ScriptedExecutor:
             self.seeds.append(sampling_params["seed"])
         lucky = self.control_wins_on_odd_seeds and guidance == "No additional guidance." and sampling_params["seed"] % 2
         action = PATH[step] if "east" in guidance or lucky else "left"
+        if guidance == WAIT:
+            action = "wait"  # no FrozenLake command: an invalid reply
         ids = self.tokenizer(f"Thought: ok.\nAction: {action}", add_special_tokens=False)["input_ids"]
         return TokenOutput(token_ids=ids)
 
@@ -75,6 +78,10 @@ def test_k_sweep_end_to_end(tiny_tokenizer_dir, tmp_path, monkeypatch, capsys):
     assert results["executor_episodes"] == 12 and len(executor.guidance_seen) == 12 and results["run_seeds"] == [1001, 1002]
     assert executor.guidance_seen.count("No additional guidance.") == 4 and executor.guidance_seen.count(WAIT) == 2
     assert sorted(executor.seeds) == [1001] * 6 + [1002] * 6
+    # each episode counts its replies that named no admissible command: all 6 under WAIT alone, none elsewhere
+    invalid = {(e["guidance"], e["steps"], e["invalid_replies"]) for e in results["episodes"]}
+    assert {entry for entry in invalid if entry[0] == WAIT} == {(WAIT, 6, 6)}
+    assert all(count == 0 for text, _, count in invalid if text != WAIT)
     assert f"Retrieved guidance skills:\n1. {EAST}\n\n2. {WAIT}" in executor.guidance_seen
     assert f"Retrieved guidance skills:\n1. {WAIT}\n\n2. {EAST}" in executor.guidance_seen
     # Guidance tokens by hand: the mean over tasks, per bank, then over banks; none at k = 0.
