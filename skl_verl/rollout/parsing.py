@@ -114,12 +114,16 @@ class TagActionParser:
 
 
 class KeywordActionParser:
-    """The first of ``keywords`` that the reply says as a whole word, tags or not (ASCII case ignored).
+    """The one of ``keywords`` that the reply names as a whole word, tags or not (ASCII case ignored), as
+    often as it likes; a reply naming two different ones names no action.
 
     For a small pretrained model that names an action but does not keep to a tag format (SmolLM2-135M
-    replies to FrozenLake in prose): the format is then no longer part of what it must learn. The
-    action is the keyword as declared, whatever case the reply used. One alternation of literals with
-    word-boundary lookarounds, so each character is examined a bounded number of times.
+    replies to FrozenLake in prose): the format is then no longer part of what it must learn. Two different
+    words are refused because such a model mostly echoes the observation, whose action list
+    ("left, down, right, up") would otherwise count as choosing its first word: rewarded as a valid move,
+    the echo becomes the policy. The action is the keyword as declared, whatever case the reply used. One
+    alternation of literals with word-boundary lookarounds, scanned once, so each character is examined a
+    bounded number of times.
     """
 
     def __init__(self, keywords: tuple[str, ...] | list[str]):
@@ -136,17 +140,22 @@ class KeywordActionParser:
     def __call__(self, text: str) -> ParsedAction:
         if not isinstance(text, str):
             return ParsedAction(None, f"model output is {type(text).__name__}, not text")
-        match = self._word.search(text)
-        if match is None:
+        named: str | None = None
+        for match in self._word.finditer(text):
+            word = self._declared[match.group().lower()]
+            if named is not None and word != named:
+                return ParsedAction(None, f"the reply names more than one action ({named}, {word}); name one")
+            named = word
+        if named is None:
             return ParsedAction(None, f"no action word ({', '.join(self.keywords)}) in the reply")
-        return ParsedAction(self._declared[match.group().lower()])
+        return ParsedAction(named)
 
 
 def build_parser(spec: str | dict | None) -> ActionParser:
     """Build a parser from loop config.
 
     ``None`` → the default tag parser; ``{"tags": [...], "max_action_chars": n}`` → a tag
-    parser; ``{"keywords": [...]}`` → the first of those words in the reply; ``"pkg.module:callable"`` or ``{"path": "file.py", "name": "fn"}``-style specs
+    parser; ``{"keywords": [...]}`` → the one of those words the reply names; ``"pkg.module:callable"`` or ``{"path": "file.py", "name": "fn"}``-style specs
     load a user callable ``(text) -> ParsedAction`` through verl's own extern loader.
     """
     if spec is None:

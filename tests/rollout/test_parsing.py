@@ -100,13 +100,17 @@ def test_configurable_tags_and_validation():
         build_parser("not_a_spec")
 
 
-def test_a_keyword_parser_takes_the_first_action_word_the_reply_says_tags_or_not():
+def test_a_keyword_parser_takes_the_one_action_word_the_reply_names_tags_or_not():
     parser = build_parser({"keywords": ["left", "down", "right", "up"]})
-    assert parser("I would go Down, then right.").action == "down"
+    assert parser("I would go Down. Yes, down.").action == "down"
     assert parser("<action>RIGHT</action>").action == "right"
-    assert parser("upward, then leftover; finally up").action == "up"  # whole words only
+    assert parser("upward and leftover; so up").action == "up"  # whole words only
     assert "no action word (left, down, right, up)" in parser("straight ahead").error
-    assert parser("r\u0131ght, then up").action == "up"  # ASCII case only: dotless-i "rıght" is not "right"
+    assert parser("r\u0131ght, so up").action == "up"  # ASCII case only: dotless-i "rıght" is not "right"
+    # SmolLM2 echoes the observation: its action list must not count as choosing "left"
+    echo = parser("You are at row 0, column 0. Actions: left, down, right, up.")
+    assert echo.action is None and "more than one action (left, down)" in echo.error
+    assert parser("Down, then right.").action is None
     with pytest.raises(ValueError, match="non-empty list"):
         build_parser({"keywords": "left"})
     with pytest.raises(ValueError, match="only 'keywords'"):

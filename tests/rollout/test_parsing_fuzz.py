@@ -137,3 +137,8 @@ def test_one_megabyte_near_the_keywords_parses_in_linear_time():
         with cpu_watchdog(f"KeywordActionParser on {text[:20]!r}… ({len(text)} chars)"):
             result = parser(text)
         assert not result.ok
+    for unit, action in [("left ", "left"), ("left down ", None), ("up go up ", None)]:
+        text = unit * (ONE_MEGABYTE // len(unit))
+        with cpu_watchdog(f"KeywordActionParser on {text[:20]!r}… ({len(text)} chars)"):
+            result = parser(text)
+        assert result.action == action
