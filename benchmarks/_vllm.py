@@ -41,12 +41,12 @@ def vllm_server(model_dir: Path, log_path: Path, cpus: set[int], served_name: st
     launcher = ("import sys; from skl_verl.trainer.cpu_backend import enable_vllm_cpu; enable_vllm_cpu(); "
                 "from vllm.entrypoints.cli.main import main; sys.argv = ['vllm'] + sys.argv[1:]; sys.exit(main())")
     # A small KV-cache share: on CPU the "gpu" memory fraction reserves host memory, which other work shares.
-    # vLLM's default OpenMP binding stays: with our CPU runs' "nobind" (skl_verl.trainer.entry) a request took
-    # ~8x longer here (2.1 s against 0.28 s), and the loops' numbers alike.
+    # OpenMP threads bound (below), not our CPU runs' "nobind" (skl_verl.trainer.entry): unbound, a request
+    # took ~8x longer here (2.1 s against 0.28 s), and the loops' numbers alike.
     argv = [sys.executable, "-c", launcher, "serve", str(model_dir), "--host", "127.0.0.1", "--port", str(port),
             "--dtype", "float32", "--max-model-len", "4096", "--gpu-memory-utilization", "0.1", "--enforce-eager",
             "--served-model-name", served_name]
-    # vLLM binds its OpenMP threads itself: named CPUs, since its "auto" picks from the whole NUMA node
+    # vLLM binds its OpenMP threads itself: to named CPUs, since its "auto" picks from the whole NUMA node
     server_env = {**os.environ, "VLLM_CPU_OMP_THREADS_BIND": ",".join(map(str, sorted(cpus)))}
     with open(log_path, "w") as log:
         server = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=server_env,
