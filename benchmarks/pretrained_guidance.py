@@ -103,9 +103,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def report(results: dict, bank_names: list[str], elapsed: float) -> int:
-    seeds = results["run_seeds"]
     from skl_verl.knowledge_weaver.entries import NO_GUIDANCE
 
+    seeds = results["run_seeds"]
     by_run: dict[tuple[int, bool], list[dict]] = {}
     for episode in results["episodes"]:
         by_run.setdefault((episode["seed"], episode["guidance"] != NO_GUIDANCE), []).append(episode)

@@ -132,12 +132,9 @@ def test_one_megabyte_of_adversarial_output_parses_in_linear_time(tags):
 
 def test_one_megabyte_near_the_keywords_parses_in_linear_time():
     parser = KeywordActionParser(["left", "down", "right", "up", "go up"])
-    for unit in ["lef", "xleft", "go go ", "u", "leftx", "go u"]:
-        text = unit * (ONE_MEGABYTE // len(unit))
-        with cpu_watchdog(f"KeywordActionParser on {text[:20]!r}… ({len(text)} chars)"):
-            result = parser(text)
-        assert not result.ok
-    for unit, action in [("left ", "left"), ("left down ", None), ("up go up ", None)]:
+    near_misses = [(unit, None) for unit in ["lef", "xleft", "go go ", "u", "leftx", "go u"]]
+    repeated = [("left ", "left"), ("left down ", None), ("up go up ", None)]
+    for unit, action in near_misses + repeated:
         text = unit * (ONE_MEGABYTE // len(unit))
         with cpu_watchdog(f"KeywordActionParser on {text[:20]!r}… ({len(text)} chars)"):
             result = parser(text)
