@@ -17,6 +17,7 @@ import hashlib
 import json
 import logging
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
@@ -25,7 +26,7 @@ from verl.utils.profiler import simple_timer
 
 import reward_fns
 from envs import TextEnv
-from skl_verl.options import Above, AtLeast, DeclaredOptions, OneOf
+from skl_verl.options import Above, AtLeast, ConfigError, DeclaredOptions, OneOf
 from skl_verl.rollout import sample_fields as sf
 from skl_verl.rollout.env_pool import ENV_POOL
 from skl_verl.rollout.env_runtime import EnvCallFailed, guarded_call
@@ -160,9 +161,20 @@ class EnvAgentLoop(DeclaredOptions, AgentLoopBase):
         sample_granularity: Annotated[str, OneOf(*SAMPLE_GRANULARITIES)] = "episode",
         step_history: Annotated[int, AtLeast(0)] = 4,
         unparseable_reply_tail: Annotated[int, AtLeast(0)] = 0,
+        example_observation: str | None = None,
+        example_reply: str | None = None,
         **kwargs: Any,
     ):
+        problem = self.combination_problem({"example_observation": example_observation, "example_reply": example_reply})
+        if problem:  # before anything is built, as a declared option's range
+            raise ConfigError(f"{type(self).__qualname__}: {problem}")
         super().__init__(*args, **kwargs)
+        self.example_turn = (
+            [] if example_observation is None else
+            [{"role": "user", "content": example_observation}, {"role": "assistant", "content": example_reply}]
+        )
+        """A worked turn between the system prompt and the episode, for a small model that follows an
+        example better than an instruction (SmolLM2-135M answers in one word after one)."""
         self.sample_granularity = sample_granularity
         self.step_history = step_history
         self.reward_fn = reward_fn
@@ -177,6 +189,16 @@ class EnvAgentLoop(DeclaredOptions, AgentLoopBase):
         self.response_length = self.rollout_config.response_length
         self.trainer_step = 0
         """The trainer's ``global_steps`` for this run (verl passes it to ``run``)."""
+
+    @classmethod
+    def combination_problem(cls, options: Mapping[str, Any]) -> str | None:
+        """Why options that only make sense together do not agree, or None; checked with the entry before
+        any worker starts (``loop_checks.check_loop_entry``) and again here."""
+        if (options.get("example_observation") is None) != (options.get("example_reply") is None):
+            given = "example_observation" if options.get("example_reply") is None else "example_reply"
+            return (f"{given} is set alone: example_observation and example_reply are one worked turn shown "
+                    "before each episode; set both or neither")
+        return None
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
         self.trainer_step = int(kwargs.get("global_steps") or 0)
@@ -242,6 +264,7 @@ class EnvAgentLoop(DeclaredOptions, AgentLoopBase):
             failure = None
         messages = [
             {"role": "system", "content": system_prompt},
+            *self.example_turn,
             {"role": "user", "content": neutralise_special_tokens(f"{preamble}{first_turn}", self.tokenizer)},
         ]
         prompt_ids = await self.ct_build_initial_tokens(messages)
@@ -308,7 +331,7 @@ class EnvAgentLoop(DeclaredOptions, AgentLoopBase):
                 parts.append(f"Your last {len(lines)} of {len(episode.actions)} steps (action -> observation):\n" + "\n".join(lines))
             parts.append(f"Current observation (step {len(episode.actions) + 1}):\n{current}")
         user = neutralise_special_tokens("\n\n".join(parts), self.tokenizer)
-        return [{"role": "system", "content": system_prompt}, {"role": "user", "content": user}]
+        return [{"role": "system", "content": system_prompt}, *self.example_turn, {"role": "user", "content": user}]
 
     async def _fitting_step_prompt(self, system_prompt: str, preamble: str, episode: EpisodeResult, current: str) -> list[int]:
         """The step prompt with as many recent steps as fit ``rollout.prompt_length`` (up to

@@ -44,6 +44,10 @@ def check_loop_entry(prefix: str, entry: Mapping[str, Any]) -> None:
         problem = schema[key].problem(value)
         if problem:
             raise option_error(f"{prefix}.{key}", schema[key], problem)
+    combination_problem = getattr(cls, "combination_problem", None)
+    problem = combination_problem(options) if combination_problem else None
+    if problem:
+        raise ConfigError(f"{prefix}: {problem}")
     try:
         build_parser(parser)
     except (ValueError, ImportError, AttributeError) as exc:

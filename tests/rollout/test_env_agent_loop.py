@@ -86,3 +86,24 @@ def test_the_loop_trains_on_the_reward_fn_its_entry_names(tmp_path, tiny_model_d
                      overrides=[loop_options_override(tmp_path, reward_fn="scaled_success", reward_scale=5.0)])
     assert out.non_tensor_batch["skl_won"][0]
     assert score(out) == pytest.approx(5.0 - 0.1)  # 5 * won, minus one unparseable reply
+
+
+@pytest.mark.parametrize("granularity", ["episode", "step"])
+def test_a_worked_example_turn_sits_between_the_system_prompt_and_every_prompt_of_the_episode(
+        tmp_path, tiny_model_dir, granularity):
+    example = {"example_observation": "A 1x2 lake: PG. Admissible actions: left, right", "example_reply": "<action>right</action>"}
+    replies = ["<action>right</action>", "<action>right</action>", "<action>down</action>", "<action>down</action>"]
+    out, tok = rollout(tmp_path, tiny_model_dir, replies,
+                       overrides=[loop_options_override(tmp_path, sample_granularity=granularity, **example)])
+    prompts = [tok.decode(ids, skip_special_tokens=False) for ids in out.batch["prompts"]]
+    assert len(prompts) == (4 if granularity == "step" else 1)
+    for prompt in prompts:
+        system_end = prompt.index("<|im_end|>")
+        example_at = prompt.index(example["example_observation"])
+        reply_at = prompt.index("<|im_start|>assistant\n" + example["example_reply"] + "<|im_end|>")
+        task_at = prompt.index("row 0, column 0")
+        assert system_end < example_at < reply_at < task_at
+    # The example is prompt, not play: the four scripted moves win, and only they are trained.
+    assert out.non_tensor_batch["skl_won"][-1] and out.non_tensor_batch["skl_turns"][-1] == 4
+    policy = [tok.decode(r[m.bool()], skip_special_tokens=True) for r, m in zip(out.batch["responses"], out.batch["response_mask"])]
+    assert "".join(policy) == "".join(replies)

@@ -258,6 +258,19 @@ def test_the_config_check_and_the_loop_refuse_the_same_values():
     assert checked >= 20
 
 
+def test_an_example_reply_without_its_observation_is_refused_by_the_check_and_the_loop():
+    from skl_verl.rollout.env_loop import EnvAgentLoop
+    from skl_verl.trainer.loop_checks import check_loop_entry
+
+    target = "skl_verl.rollout.env_loop.EnvAgentLoop"
+    with pytest.raises(ConfigError, match="agent loop 'x': example_reply is set alone: .* set both or neither"):
+        check_loop_entry("loops.yaml: agent loop 'x'", {"_target_": target, "example_reply": "right"})
+    with pytest.raises(ConfigError, match="EnvAgentLoop: example_observation is set alone"):
+        EnvAgentLoop(example_observation="A door.")
+    check_loop_entry("loops.yaml: agent loop 'x'", {"_target_": target, "example_observation": "A door.",
+                                                   "example_reply": "open door"})
+
+
 def test_verls_gae_without_the_critic_stops_before_any_worker_starts():
     """Only our skl_gae checked for the critic; verl's own gae crashed at the first advantage step (#24 item 5)."""
     with pytest.raises(ConfigError, match="algorithm.adv_estimator=gae .PPO. needs the critic's values"):
