@@ -83,7 +83,7 @@ async def collect_pool(settings: KWSettings, per_type: int, seed: int) -> list[P
         frozen_executor,
         task_type_of,
     )
-    from skl_verl.rollout.env_loop import stable_seed
+    from skl_verl.rollout.outputs import stable_seed
     from skl_verl.rollout.env_pool import ENV_POOL
 
     executor = frozen_executor(settings)

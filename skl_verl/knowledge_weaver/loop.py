@@ -54,12 +54,7 @@ from skl_verl.knowledge_weaver.retrieval import (
 )
 from skl_verl.knowledge_weaver.settings import KWSettings, kw_settings
 from skl_verl.knowledge_weaver.state import BankStore, Entry
-from skl_verl.rollout.env_loop import (
-    single_turn_output,
-    stable_seed,
-    weight_version_fields,
-    weight_versions,
-)
+from skl_verl.rollout.outputs import single_turn_output, stable_seed, weight_version_fields, weight_versions
 from skl_verl.rollout.env_pool import ENV_POOL
 from skl_verl.rollout.env_runtime import guarded_call
 from skl_verl.knowledge_weaver import fields as kwf

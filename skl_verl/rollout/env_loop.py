@@ -13,10 +13,8 @@ answered with what was wrong, or (``unparseable_reply_tail``) its tail sent to t
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any
@@ -30,6 +28,7 @@ from skl_verl.options import Above, AtLeast, ConfigError, DeclaredOptions, OneOf
 from skl_verl.rollout import sample_fields as sf
 from skl_verl.rollout.env_pool import ENV_POOL
 from skl_verl.rollout.env_runtime import EnvCallFailed, guarded_call
+from skl_verl.rollout.outputs import VERL_EXTRA_DEFAULTS, stable_seed, trajectory_id_of, weight_version_fields, weight_versions
 from skl_verl.rollout.parsing import build_parser
 from skl_verl.rollout.prompt_safety import neutralise_special_tokens
 
@@ -205,7 +204,7 @@ class EnvAgentLoop(DeclaredOptions, AgentLoopBase):
         extra_info = kwargs.get("extra_info")
         env_name, env_kwargs, task_id = parse_env_spec(extra_info)
         self.prepare_episode(extra_info)
-        trajectory_id = _trajectory_id(kwargs)
+        trajectory_id = trajectory_id_of(kwargs)
         with ENV_POOL.lease(env_name, env_kwargs) as env:
             episode = await self.play_episode(
                 env, task_id, sampling_params, self.system_prompt, seed=stable_seed(trajectory_id), request_id=trajectory_id
@@ -565,57 +564,3 @@ class _StepTurns:
 
     def finish(self, episode: EpisodeResult) -> None:
         """Each turn already left its sample."""
-
-
-VERL_EXTRA_DEFAULTS = {"turn_scores": [], "tool_rewards": [], "reward_extra_info": {}}
-"""Extra fields verl's workers expect on every output (v1 reads ``reward_extra_info`` when a loop
-returns several outputs); fresh copies are made per sample."""
-
-
-def weight_versions(output: Any) -> list[int]:
-    """The rollout weights' version a ``TokenOutput`` was generated with (``[]`` when the server gives none)."""
-    version = output.extra_fields.get("global_steps")
-    return [] if version is None else [int(version)]
-
-
-def weight_version_fields(versions: list[int], trainer_step: int) -> dict[str, int]:
-    """verl's staleness tags (``min/max_global_steps``), required by its v1 trainer on every sample. One
-    without any generation (a failed reset, a teacher-forced target) gets this rollout step's weights."""
-    versions = versions or [max(trainer_step - 1, 0)]
-    return {"min_global_steps": min(versions), "max_global_steps": max(versions)}
-
-
-def single_turn_output(
-    prompt_ids: list[int],
-    response_ids: list[int],
-    score: float,
-    fields: dict[str, Any],
-    logprobs: list[float] | None,
-    version_fields: dict[str, int],
-    num_turns: int = 3,
-) -> AgentLoopOutput:
-    """One prompt -> one trained reply (curations, reflections, distillation samples and probes).
-    ``version_fields`` come from ``EnvAgentLoop.weight_version_fields``."""
-    extra = {**{k: type(v)() for k, v in VERL_EXTRA_DEFAULTS.items()}, **fields, **version_fields, sf.SCORE: score}
-    return AgentLoopOutput(
-        prompt_ids=prompt_ids,
-        response_ids=response_ids,
-        response_mask=[1] * len(response_ids),
-        response_logprobs=logprobs[: len(response_ids)] if logprobs else None,
-        reward_score=score,
-        num_turns=num_turns,
-        metrics=AgentLoopMetrics(),
-        extra_fields=extra,
-    )
-
-
-def stable_seed(text: str) -> int:
-    """A seed that is the same in every process (unlike ``hash``), so rollouts replay exactly."""
-    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:4], "little")
-
-
-def _trajectory_id(kwargs: dict[str, Any]) -> str:
-    uid = kwargs.get("uid")
-    if uid is None:
-        return uuid.uuid4().hex
-    return f"{uid}_{kwargs.get('session_id', 0)}"

@@ -23,14 +23,8 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopOutput
 from skl_verl.options import AtLeast, OneOf
 from skl_verl.rollout import sample_fields as sf
 from skl_verl.skillrise import fields as rf
-from skl_verl.rollout.env_loop import (
-    EnvAgentLoop,
-    EpisodeResult,
-    _trajectory_id,
-    single_turn_output,
-    stable_seed,
-    weight_versions,
-)
+from skl_verl.rollout.env_loop import EnvAgentLoop, EpisodeResult
+from skl_verl.rollout.outputs import single_turn_output, stable_seed, trajectory_id_of, weight_versions
 from skl_verl.rollout.env_pool import ENV_POOL
 from skl_verl.rollout.parsing import TagActionParser
 from skl_verl.rollout.prompt_safety import neutralise_special_tokens
@@ -92,7 +86,7 @@ class SkillRiseAgentLoop(EnvAgentLoop):
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> list[AgentLoopOutput]:
         self.trainer_step = int(kwargs.get("global_steps") or 0)
         env_name, env_kwargs, sequence_id, task_ids, stop_after_success = parse_sequence_spec(kwargs.get("extra_info"))
-        trial_id = _trajectory_id(kwargs)
+        trial_id = trajectory_id_of(kwargs)
         stop_after_success = stop_after_success or self.stop_after_win
         document = self.carried.empty
         reflections: list[str] = []  # accumulate mode: one per failed attempt, oldest first

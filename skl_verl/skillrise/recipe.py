@@ -4,7 +4,6 @@ Pass@k baselines), and the curate metrics."""
 
 from pathlib import Path
 
-from skl_verl.rollout import sample_fields as sf
 from skl_verl.skillrise.credit import SkillRiseCreditOptions, skillrise_estimator
 from skl_verl.skillrise.fields import curate_metrics
 from skl_verl.skillrise.lamer_credit import LAMER_FIELDS, LamerCreditOptions, check_lamer_loop, lamer_estimator

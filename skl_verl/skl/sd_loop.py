@@ -35,14 +35,8 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopOutput
 from skl_verl.options import Above, AtLeast, Between, OneOf
 from skl_verl.rollout import sample_fields as sf
 from skl_verl.skl import fields as skl_fields
-from skl_verl.rollout.env_loop import (
-    EpisodeResult,
-    _trajectory_id,
-    parse_env_spec,
-    single_turn_output,
-    stable_seed,
-    weight_versions,
-)
+from skl_verl.rollout.env_loop import EpisodeResult, parse_env_spec
+from skl_verl.rollout.outputs import single_turn_output, stable_seed, trajectory_id_of, weight_versions
 from skl_verl.skl.stateful_loop import StatefulAgentLoop
 from skl_verl.rollout.env_pool import ENV_POOL
 from skl_verl.rollout.prompt_safety import neutralise_special_tokens
@@ -119,7 +113,7 @@ class SklSdAgentLoop(StatefulAgentLoop):
         env_key = f"{env_name}:{sorted(env_kwargs.items())}"
         memory = experience_memory(env_key, self.journal_dir())
         epoch = self.trainer_step = int(kwargs.get("global_steps") or 0)
-        trial = _trajectory_id(kwargs)
+        trial = trajectory_id_of(kwargs)
         self.prefilled = {}
         outputs: list[AgentLoopOutput] = []
         with ENV_POOL.lease(env_name, env_kwargs) as env:
