@@ -31,7 +31,7 @@ from skl_verl.rollout.tiny_model import build_tiny_model
 # took the actor past 16 GB in its update (Ray's OOM killer then took the vLLM server).
 PRETRAINED_OVERRIDES = [
     "actor_rollout_ref.rollout.agent.default_agent_loop=frozenlake_pretrained",
-    "actor_rollout_ref.actor.optim.lr=3e-5",
+    "actor_rollout_ref.actor.optim.lr=1e-4",
     "data.train_batch_size=4",
     "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
     "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=1",
