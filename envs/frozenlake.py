@@ -445,10 +445,9 @@ class FrozenLakeEnv(TextEnv):
         elif status == _STATUS_TRUNCATED:
             sentence = f"You are at {where} and the step limit ({self.max_steps}) is used up. Game over."
         else:
-            sentence = (
-                f"You are at {where}. Reach G without stepping on an H; the ice is slippery, "
-                f"so you may slide sideways. Actions: {', '.join(ACTIONS)}."
-            )
+            # a deterministic lake (slip 0, 0) must not tell the model that it may slide
+            slippery = "; the ice is slippery, so you may slide sideways" if self._p_intended < 1.0 else ""
+            sentence = f"You are at {where}. Reach G without stepping on an H{slippery}. Actions: {', '.join(ACTIONS)}."
         return "\n".join([header, *grid, sentence])
 
     # ------------------------------------------------------------------ snapshots

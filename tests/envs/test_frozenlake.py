@@ -289,3 +289,14 @@ def test_bad_maps_raise_value_error():
         FrozenLakeEnv(maps=[["FG"]])
     with pytest.raises(ValueError, match="tiles"):
         FrozenLakeEnv(maps=[["SXG"]])
+
+
+@pytest.mark.parametrize("slip, told", [((0.0, 0.0), False), ((1 / 3, 1 / 3), True), ((0.0, 2 / 3), True)])
+def test_only_a_slippery_lake_tells_the_model_it_may_slide(slip, told):
+    env = FrozenLakeEnv(maps=[["SF", "FG"]], slip=slip)
+    task_id = env.tasks()[0].task_id
+    first, _ = env.reset(task_id, seed=0)
+    after_a_move = env.step("right").observation
+    for observation in (first, after_a_move):
+        assert ("slippery" in observation) is told and ("slide" in observation) is told
+        assert observation.endswith("Actions: left, down, right, up.")
