@@ -55,3 +55,20 @@ def test_a_reply_ends_where_the_chat_template_closes_the_turn(smollm2):
                                            tokenize=False)
     assert tokenizer.eos_token == "<|im_end|>" and tokenizer.pad_token_id == tokenizer.eos_token_id
     assert closed.rstrip("\n").endswith("ok" + tokenizer.eos_token)
+
+
+def test_the_worked_example_is_what_frozenlake_shows_on_its_map():
+    """The frozenlake_pretrained loop's example turn is copied text; it must stay what the env renders
+    (it drifted once when the env's wording changed)."""
+    from pathlib import Path
+
+    import yaml
+
+    from envs import make_env
+
+    loops = yaml.safe_load((Path(__file__).parents[2] / "skl_verl/baselines/agent_loops.yaml").read_text())
+    entry = next(loop for loop in loops if loop["name"] == "frozenlake_pretrained")
+    env = make_env("frozenlake", size=3, num_tasks=4, seed=5, slip=[0.0, 0.0], max_steps=6)
+    observation, _ = env.reset(env.tasks()[1].task_id, seed=0)
+    assert entry["example_observation"] == render_turn(observation, env.prompt_actions())
+    assert entry["example_reply"] in env.admissible_actions()
