@@ -17,6 +17,7 @@ either number. On ``--device cpu`` (tests) the measure is the peak of live tenso
         --log-prob-tokens 65536 --update-entropy
     python scripts/gpu_memory_probe.py --model tests/trainer/model_configs/qwen2.5-7b-instruct \\
         --update-tokens 40960 --log-prob-tokens 81920
+    python scripts/gpu_memory_probe.py --model tests/trainer/model_configs/qwen3.5-4b   # the KW curator
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from skl_verl.trainer import capacity  # noqa: E402  (imports nothing from verl, Ray, vLLM or omegaconf)
+from skl_verl.trainer import capacity, model_shape  # noqa: E402  (import nothing from verl, Ray, vLLM or omegaconf)
 
 GIB = 1 << 30
 
@@ -113,7 +114,9 @@ class LiveBytes(torch.utils._python_dispatch.TorchDispatchMode):
 def build_model(config_json: dict, device: str, checkpointing: bool):
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    fields = {k: v for k, v in config_json.items() if k not in ("architectures", "torch_dtype")}
+    # A multimodal checkpoint (Qwen3.5) trains text-only batches through its language model: build that one.
+    source = config_json.get("text_config") or config_json
+    fields = {k: v for k, v in source.items() if k not in ("architectures", "torch_dtype")}
     config = AutoConfig.for_model(**fields)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16, attn_implementation="sdpa").to(device)
     if checkpointing:
@@ -173,17 +176,23 @@ def main(argv: list[str] | None = None) -> int:
 
     config_json = json.loads((Path(args.model) / "config.json").read_text())
     if args.tiny:
-        config_json.update(num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=4,
-                           num_key_value_heads=2, head_dim=16, vocab_size=512)
-    shape = capacity.model_shape(config_json)
+        text = config_json.get("text_config") or config_json
+        text.update(num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=4,
+                    num_key_value_heads=2, head_dim=16, vocab_size=512)
+        if "layer_types" in text:  # a hybrid keeps one layer of each kind
+            text.update(layer_types=["linear_attention", "full_attention"], linear_num_key_heads=2,
+                        linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=16)
+        config_json.pop("vision_config", None)
+    shape = model_shape.model_shape(config_json)
     checkpointing = not args.no_checkpointing
     torch.manual_seed(0)
     model = build_model(config_json, args.device, checkpointing)
     for parameter in model.parameters():  # grads exist before, as FSDP's do: the pass adds one unit's at a time
         parameter.grad = torch.zeros_like(parameter)
     entropy = entropy_function(args.entropy)
-    unit = capacity.layer_parameters(shape) if shape.tied else max(capacity.layer_parameters(shape), shape.vocab * shape.hidden)
-    print(f"{shape.architecture}: {capacity.parameter_count(shape) / 1e9:.3f}B params, device {args.device}, "
+    layer = model_shape.largest_layer_parameters(shape)
+    unit = layer if shape.tied else max(layer, shape.vocab * shape.hidden)
+    print(f"{shape.architecture}: {model_shape.parameter_count(shape) / 1e9:.3f}B params, device {args.device}, "
           f"gradient checkpointing {checkpointing}, entropy {args.entropy}")
     update_entropy = entropy if args.update_entropy else None
     measured = run_pass(model, args.update_tokens, grad=True, entropy=update_entropy, device=args.device)

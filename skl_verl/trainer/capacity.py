@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from skl_verl.options import ConfigError, Option
+from skl_verl.trainer.model_shape import (ModelShape, critic_parameter_count, largest_layer_parameters,
+                                          linear_state_bytes_per_sequence, model_shape, parameter_count)
 
 GIB = 1 << 30
 
@@ -52,74 +54,6 @@ TIGHT_FRACTION = 0.9
 leaves out live there."""
 
 
-# ------------------------------------------------------------------------------------------------ the model's shape
-
-@dataclass(frozen=True)
-class ModelShape:
-    """A decoder-only transformer's sizes, as its ``config.json`` gives them."""
-
-    layers: int
-    hidden: int
-    intermediate: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-    vocab: int
-    tied: bool
-    qk_norm: bool = False
-    """Qwen3's per-head RMSNorm of q and k (``modeling_qwen3.py``), whose fp32 copies are saved for backward."""
-    qkv_bias: bool = False
-    architecture: str = ""
-
-    @property
-    def q_dim(self) -> int:
-        return self.heads * self.head_dim
-
-    @property
-    def kv_dim(self) -> int:
-        return self.kv_heads * self.head_dim
-
-
-def model_shape(config_json: Mapping[str, Any]) -> ModelShape:
-    """The shape of a model from its ``config.json`` (``text_config`` for multimodal configs). ``head_dim`` defaults to
-    hidden / heads; q/k norms are Qwen3's; Qwen2 has q/k/v biases (``modeling_qwen2.py``, ``attention_bias`` else)."""
-    text = dict(config_json.get("text_config") or {})
-    source = {**config_json, **text} if text else dict(config_json)
-    hidden, heads = int(source["hidden_size"]), int(source["num_attention_heads"])
-    model_type = str(source.get("model_type", ""))
-    return ModelShape(
-        layers=int(source["num_hidden_layers"]), hidden=hidden, intermediate=int(source["intermediate_size"]),
-        heads=heads, kv_heads=int(source.get("num_key_value_heads") or heads),
-        head_dim=int(source.get("head_dim") or hidden // heads), vocab=int(source["vocab_size"]),
-        tied=bool(source.get("tie_word_embeddings", config_json.get("tie_word_embeddings", False))),
-        qk_norm=model_type.startswith("qwen3"),
-        qkv_bias=bool(source.get("attention_bias", model_type == "qwen2")),
-        architecture=str((config_json.get("architectures") or [model_type])[0]),
-    )
-
-
-def layer_parameters(shape: ModelShape) -> int:
-    """Parameters of one decoder layer: q, k, v, o projections (+ q/k/v biases), the gated MLP, two RMSNorms and
-    Qwen3's q/k norms (``modeling_qwen2.py`` / ``modeling_qwen3.py``)."""
-    h = shape.hidden
-    attention = h * shape.q_dim + 2 * h * shape.kv_dim + shape.q_dim * h
-    bias = shape.q_dim + 2 * shape.kv_dim if shape.qkv_bias else 0
-    norms = 2 * h + (2 * shape.head_dim if shape.qk_norm else 0)
-    return attention + bias + 3 * h * shape.intermediate + norms
-
-
-def parameter_count(shape: ModelShape) -> int:
-    """All parameters: embedding, layers, final norm and an untied lm_head."""
-    embeddings = shape.vocab * shape.hidden * (1 if shape.tied else 2)
-    return embeddings + shape.layers * layer_parameters(shape) + shape.hidden
-
-
-def critic_parameter_count(shape: ModelShape) -> int:
-    """verl's critic: the backbone with a one-label token-classification head instead of the lm_head
-    (``FSDPEngineWithValueHead``, ``load_valuehead_model``)."""
-    return parameter_count(shape) - (0 if shape.tied else shape.vocab * shape.hidden) + shape.hidden
-
-
 # ------------------------------------------------------------------------------------ activations, bytes per token
 
 def saved_layer_bytes_per_token(shape: ModelShape) -> int:
@@ -131,7 +65,31 @@ def saved_layer_bytes_per_token(shape: ModelShape) -> int:
                  + 4 * shape.heads + 8)
     if shape.qk_norm:
         per_token += 6 * shape.q_dim + 6 * shape.kv_dim + 4 * (shape.heads + shape.kv_heads)
+    if shape.attention_gate:
+        # Qwen3.5: the gate's sigmoid and product (8 q_dim), its (1 + w) RMSNorms' fp32 copies (4H), k/v (2 kv_dim);
+        # counted the same way on transformers 5.9's Qwen3_5DecoderLayer (within 0.2% at Qwen3.5-4B's sizes).
+        per_token += 4 * shape.hidden + 8 * shape.q_dim + 2 * shape.kv_dim
     return per_token
+
+
+def saved_linear_layer_bytes_per_token(shape: ModelShape) -> int:
+    """What autograd saves for one Gated DeltaNet layer, per token: the norms and MLP as a full-attention layer
+    (20H + 8I) and the mixer's projections, convolution, L2-normed q/k expanded to the value heads and the chunked
+    delta rule's fp32 64 x 64 blocks per value head. Fitted (least squares over 14 random small shapes, within 0.5%;
+    within 3% at Qwen3.5-4B's sizes) to saved-tensor counts of transformers 5.9's torch path, the one a machine
+    without flash-linear-attention runs; fla's fused kernels save less, so this is an upper bound there."""
+    linear = shape.linear
+    if linear is None:
+        return 0
+    return (20 * shape.hidden + 8 * shape.intermediate + 17 * linear.key_heads * linear.key_dim // 2
+            + 36 * linear.value_width + 33 * linear.value_heads * linear.key_dim + 109 * 64 * linear.value_heads)
+
+
+def saved_model_bytes_per_token(shape: ModelShape) -> int:
+    """Every layer's saved tensors, per token, without checkpointing."""
+    linear_layers = shape.linear.layers if shape.linear else 0
+    return (shape.attention_layers * saved_layer_bytes_per_token(shape)
+            + linear_layers * saved_linear_layer_bytes_per_token(shape))
 
 
 def checkpoint_bytes_per_token(shape: ModelShape) -> int:
@@ -148,8 +106,12 @@ def layer_backward_bytes_per_token(shape: ModelShape) -> int:
 
 def layer_inference_bytes_per_token(shape: ModelShape) -> int:
     """One layer's transient without autograd (log-prob passes): the MLP's act, up and product alive at once (6I)
-    and the residual, fp32 norm and attention tensors (8H). Within 2% of measured no-grad peaks."""
-    return 6 * shape.intermediate + 8 * shape.hidden
+    and the residual, fp32 norm and attention tensors (8H). Within 2% of measured no-grad peaks. A Gated DeltaNet
+    layer, the larger, adds 32 bytes per value head x key dim (the torch path's fp32 q, k, v and state updates
+    expanded to the value heads): within 2% of the no-grad peak of one Qwen3.5-4B-sized layer at 512 tokens."""
+    linear = shape.linear
+    mixer = 32 * linear.value_heads * linear.key_dim if linear else 0
+    return 6 * shape.intermediate + 8 * shape.hidden + mixer
 
 
 ENTROPY_MODES = ("compiled", "chunked", "eager")
@@ -192,13 +154,13 @@ def update_activation_bytes(shape: ModelShape, tokens: int, *, checkpointing: bo
     layer's saved tensors), then the larger of the logits phase (start of backward) and one layer's recompute +
     backward. ``vocab=0`` is a value head (the critic)."""
     vocab = shape.vocab if vocab is None else vocab
-    saved = saved_layer_bytes_per_token(shape)
+    saved = max(saved_layer_bytes_per_token(shape), saved_linear_layer_bytes_per_token(shape))
     backward = layer_backward_bytes_per_token(shape)
     logits = vocab * logits_bytes_per_element(grad=True, entropy=entropy, temperature_one=temperature_one)
     if checkpointing:
         kept = shape.layers * checkpoint_bytes_per_token(shape)
         return tokens * (kept + max(saved + backward, logits + 8 * shape.hidden))
-    return tokens * (shape.layers * saved + max(backward, logits + 8 * shape.hidden))
+    return tokens * (saved_model_bytes_per_token(shape) + max(backward, logits + 8 * shape.hidden))
 
 
 def log_prob_activation_bytes(shape: ModelShape, tokens: int, *, entropy: str | None,
@@ -225,7 +187,7 @@ def gathered_bytes(shape: ModelShape, *, backward: bool, parameters_per_layer: i
     gathered through forward and backward (it holds a tied embedding), plus the current and the prefetched unit
     (a layer, or an untied embedding / lm_head); in backward that unit's bf16 gradient and its fp32 copy for the
     reduce-scatter (``reduce_dtype`` fp32)."""
-    layer = layer_parameters(shape) if parameters_per_layer is None else parameters_per_layer
+    layer = largest_layer_parameters(shape) if parameters_per_layer is None else parameters_per_layer
     embedding = shape.vocab * shape.hidden
     root = (embedding if shape.tied else 0) + shape.hidden
     unit = layer if shape.tied else max(layer, embedding)
@@ -233,10 +195,10 @@ def gathered_bytes(shape: ModelShape, *, backward: bool, parameters_per_layer: i
 
 
 def kv_bytes_per_token(shape: ModelShape, tensor_parallel: int) -> int:
-    """vLLM's bf16 KV cache per token on one GPU: K and V x layers x KV heads x head size x 2 bytes, KV heads split
-    over the tensor-parallel ranks (replicated when fewer than the ranks)."""
+    """vLLM's bf16 KV cache per token on one GPU: K and V x full-attention layers x KV heads x head size x 2 bytes, KV
+    heads split over the tensor-parallel ranks (replicated when fewer than the ranks)."""
     heads = max(shape.kv_heads // tensor_parallel, 1)
-    return 2 * shape.layers * heads * shape.head_dim * 2
+    return 2 * shape.attention_layers * heads * shape.head_dim * 2
 
 
 def vllm_activation_bytes(shape: ModelShape, *, batched_tokens: int, max_num_seqs: int, tensor_parallel: int) -> int:
@@ -363,9 +325,11 @@ def plan_capacity(config: Any, config_json: Mapping[str, Any], *, rescores: bool
     vllm_share = int(utilisation * gpu)
     weights = 2 * params // tp
     batched = int(config_value(config, f"{rollout}.max_num_batched_tokens", 8192) or 8192)
-    activations = vllm_activation_bytes(shape, batched_tokens=batched, tensor_parallel=tp,
-                                        max_num_seqs=int(config_value(config, f"{rollout}.max_num_seqs", 256)))
-    kv = max(vllm_share - weights - activations - VLLM_RESERVE_BYTES, 0)
+    max_num_seqs = int(config_value(config, f"{rollout}.max_num_seqs", 256))
+    activations = vllm_activation_bytes(shape, batched_tokens=batched, tensor_parallel=tp, max_num_seqs=max_num_seqs)
+    # A hybrid model's recurrent state: one per running sequence, taken from the same share as the KV cache.
+    linear_state = max_num_seqs * linear_state_bytes_per_sequence(shape, tp)
+    kv = max(vllm_share - weights - activations - VLLM_RESERVE_BYTES - linear_state, 0)
     kv_tokens = kv // kv_bytes_per_token(shape, tp)
     sleeps = bool(config_value(config, f"{rollout}.free_cache_engine", True)) and bool(config_value(config, f"{rollout}.enable_sleep_mode", True))
     # vLLM sleeps (level 2: weights and KV cache released) during the trainer's phases when free_cache_engine
@@ -377,7 +341,7 @@ def plan_capacity(config: Any, config_json: Mapping[str, Any], *, rescores: bool
     rescoring = [("prompt_logprobs transient", prompt_logprobs_bytes(shape, batched))] if rescores else []
     phases.append(Phase("rollout", base + resident + [
         ("vLLM weights", weights), ("vLLM activations", activations), ("vLLM reserve", VLLM_RESERVE_BYTES),
-        ("KV cache", kv)] + rescoring,
+        ("linear-attention state", linear_state), ("KV cache", kv)] + rescoring,
         fix=(f"set {actor}.fsdp_config.optimizer_offload=true (frees {state['adam'] / GIB:.1f} GiB a GPU between updates)"
              if not optimizer_offload else
              f"lower {rollout}.gpu_memory_utilization (vLLM's KV cache shrinks with it)")))
@@ -406,7 +370,7 @@ def plan_capacity(config: Any, config_json: Mapping[str, Any], *, rescores: bool
         tokens = micro_batch_tokens(config, critic_keys, sequence=sequence)
         critic_gc = bool(config_value(config, "critic.model.enable_gradient_checkpointing", checkpointing))
         others = [(l, b) for l, b in resident if not l.startswith("critic")]
-        layer = layer_parameters(shape)
+        layer = largest_layer_parameters(shape)
         phases.append(Phase("critic update", base + asleep + others + [
             ("critic fp32 params", critic_state["params"]), ("critic grads", critic_state["grads"]),
             ("critic AdamW", critic_state["adam"]),

@@ -13,7 +13,7 @@ from dry_run import PAPER_WEBSHOP_SERVERS, dry_run
 from omegaconf import OmegaConf
 
 from skl_verl.options import ConfigError
-from skl_verl.trainer import capacity
+from skl_verl.trainer import capacity, model_shape
 from skl_verl.trainer.capacity import GIB
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -24,12 +24,12 @@ SMALL = {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_s
 
 
 def test_the_formulas_on_a_small_model_match_hand_computed_values():
-    shape = capacity.model_shape(SMALL)
+    shape = model_shape.model_shape(SMALL)
     assert (shape.head_dim, shape.q_dim, shape.kv_dim, shape.qkv_bias, shape.qk_norm) == (16, 64, 32, True, False)
     # q 64x64 + k, v 2x64x32 + o 64x64 = 12,288; q/k/v biases 64 + 2x32 = 128; MLP 3x64x128 = 24,576; norms 2x64
-    assert capacity.layer_parameters(shape) == 12288 + 128 + 24576 + 128 == 37120
-    assert capacity.parameter_count(shape) == 2 * 1000 * 64 + 2 * 37120 + 64 == 202304  # untied embedding, lm_head
-    assert capacity.critic_parameter_count(shape) == 202304 - 64000 + 64
+    assert model_shape.layer_parameters(shape) == 12288 + 128 + 24576 + 128 == 37120
+    assert model_shape.parameter_count(shape) == 2 * 1000 * 64 + 2 * 37120 + 64 == 202304  # untied embedding, lm_head
+    assert model_shape.critic_parameter_count(shape) == 202304 - 64000 + 64
     assert capacity.kv_bytes_per_token(shape, 1) == 2 * 2 * 2 * 16 * 2 == 256
     assert capacity.kv_bytes_per_token(shape, 2) == 128 and capacity.kv_bytes_per_token(shape, 4) == 128  # replicated
     # 16H + 8I + 4 q_dim + 4 kv_dim + 4 heads + 8
@@ -107,7 +107,7 @@ def test_token_limits_verl_would_refuse_late_are_refused_before():
 
 # ------------------------------------------------------------------------------------ the recipes at paper settings
 
-RECIPE_MODELS = {"skillrise": "qwen3-4b", "knowledge_weaver": "qwen3-4b", "skl_sd": "qwen2.5-7b-instruct",
+RECIPE_MODELS = {"skillrise": "qwen3-4b", "knowledge_weaver": "qwen3.5-4b", "skl_sd": "qwen2.5-7b-instruct",
                  "skl_rl": "qwen2.5-7b-instruct"}
 """SKL-RL trains one move's window a sample (1,024 + 5,120 tokens), so it is sized here too."""
 
@@ -194,16 +194,19 @@ def test_the_gpu_size_is_an_option_declared_once(tmp_path, monkeypatch):
     assert "did you mean skl.cluster.gpu_memory_gib" in err
 
 
-def test_cpu_runs_and_configs_without_shapes_are_not_sized():
+def test_cpu_runs_and_configs_without_shapes_are_not_sized(tmp_path):
     assert capacity.check_capacity(OmegaConf.create({"trainer": {"device": "cpu"}})).startswith("capacity: skipped")
-    partial = small_run(**{"actor_rollout_ref.model.path": str(MODEL_CONFIGS / "qwen3.5-4b")})
+    (tmp_path / "config.json").write_text(json.dumps({"text_config": {"max_position_embeddings": 262144}}))
+    partial = small_run(**{"actor_rollout_ref.model.path": str(tmp_path)})
     assert "capacity check skipped" in capacity.check_capacity(partial)
 
 
-def test_the_probe_prints_its_measure_beside_the_estimate_on_cpu():
-    """scripts/gpu_memory_probe.py at tiny sizes; on a GPU it runs the recipes' shapes (docstring)."""
+@pytest.mark.parametrize("model", ["qwen3-4b", "qwen3.5-4b"])
+def test_the_probe_prints_its_measure_beside_the_estimate_on_cpu(model):
+    """scripts/gpu_memory_probe.py at tiny sizes (Qwen3.5: one layer of each kind); on a GPU it runs the recipes'
+    shapes (docstring)."""
     out = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_memory_probe.py"), "--model",
-                          str(MODEL_CONFIGS / "qwen3-4b"), "--tiny", "--device", "cpu", "--update-tokens", "256",
+                          str(MODEL_CONFIGS / model), "--tiny", "--device", "cpu", "--update-tokens", "256",
                           "--log-prob-tokens", "512", "--entropy", "eager", "--update-entropy"],
                          capture_output=True, text=True, timeout=300, check=True).stdout
     for what in ("update (forward + backward, 256 tokens)", "log-prob (no grad, 512 tokens)"):
