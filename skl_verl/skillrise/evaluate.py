@@ -17,7 +17,8 @@ valid_seen, WebShop goals 0-499, ScienceWorld the L0 set's test list); a key giv
 overrides its default (e.g. ``{"split": "valid_unseen"}``, or ``{"task_set": "package"}``).
 ``--sample released`` (default) draws ``--max-tasks`` of them as the authors' validation does, seeded by
 ``--seed`` (their env.seed): ALFWorld one seeded shuffle per row, so a task can be played twice; WebShop
-and ScienceWorld distinct tasks. ``--sample stratified`` instead takes distinct tasks, each family its
+and ScienceWorld distinct tasks. Their draws advance with every validation of a run; ``--validation`` picks
+which one (default 30: the one after step 150, the 31st; 0: the one before training). ``--sample stratified`` instead takes distinct tasks, each family its
 share (``sequences.sample_tasks``). Scaling plays each drawn task once.
 """
 
@@ -39,7 +40,8 @@ from envs import make_env
 from skl_verl.rollout.clients import generation_client
 from skl_verl.rollout.data import json_object_arg, write_parquet
 from skl_verl.skillrise import paper_results
-from skl_verl.skillrise.held_out import SAMPLES, distinct, held_out_env_kwargs, released_draw
+from skl_verl.skillrise.held_out import (RELEASED_LAST_VALIDATION, SAMPLES, distinct, held_out_env_kwargs,
+                                         released_draw)
 from skl_verl.skillrise.build_dataset import sequence_rows
 from skl_verl.skillrise.sequences import (
     covering_sequences,
@@ -268,6 +270,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--max-response-length", type=_at_least(1), default=1024)
     parser.add_argument("--batch-size", type=_at_least(1), default=8)
     parser.add_argument("--seed", type=int, default=0, help="draws the held-out tasks (released: env.seed=0)")
+    parser.add_argument("--validation", type=_at_least(0), default=RELEASED_LAST_VALIDATION,
+                        help="with --sample released: the draw of this validation of the released runs (0: before "
+                             f"training, then one every 5 steps; default {RELEASED_LAST_VALIDATION}: after step 150)")
     parser.add_argument("--method", choices=sorted(METHOD_LOOPS), default="SkillRise",
                         help="what the checkpoint was trained as: picks the evaluation loop and names the row")
     parser.add_argument("--label", help="the row's name (default: '<method> (ours)')")
@@ -295,7 +300,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             parser.error(str(exc))
     args.label = args.label or f"{args.method} (ours)"
     results: dict[str, Any] = {"env": args.env, "env_kwargs": args.env_kwargs, "sample": args.sample,
-                               "seed": args.seed, "trials": args.trials, "temperature": args.temperature,
+                               "seed": args.seed, "validation": args.validation, "trials": args.trials, "temperature": args.temperature,
                                "top_p": args.top_p, "top_k": args.top_k, "complete": False}
     if args.out:
         try:
@@ -322,7 +327,8 @@ def _evaluate(args, results: dict[str, Any]) -> dict[str, Any]:
     env = make_env(args.env, **args.env_kwargs)
     try:
         if args.sample == "released":
-            tasks = released_draw(args.env, env.tasks(), args.max_tasks, seed=args.seed)
+            tasks = released_draw(args.env, env.tasks(), args.max_tasks, seed=args.seed,
+                                  validation=args.validation)
         else:
             tasks = sample_tasks(env.tasks(), args.max_tasks, seed=args.seed)
         if args.scaling_k:  # scaling's sequences run easy -> hard: only the drawn tasks' difficulty is needed

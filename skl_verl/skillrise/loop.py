@@ -38,6 +38,10 @@ reflection and shows them all, in order, to the next attempt."""
 DOCUMENT_OVERFLOWS = ("cut", "reject")
 """What a curated document longer than its cap does: ``cut`` at ``max_document_chars`` (as released), or
 ``reject`` past ``max_document_words`` (the old document kept, the curation penalised)."""
+CURRENT_OBSERVATIONS = ("latest", "initial")
+"""What a step prompt shows as the current observation: ``latest``, the env's newest one with its actions (ours),
+or ``initial``: the task's first observation all episode, the newest result only as the last history line (the
+released ScienceWorld prompt, ``skillrise_sciworld/env_manager.py`` ``build_text_obs``: ``init_states``)."""
 
 
 def parse_sequence_spec(extra_info: dict[str, Any]) -> tuple[str, dict[str, Any], str, list[str], bool]:
@@ -72,6 +76,7 @@ class SkillRiseAgentLoop(EnvAgentLoop):
         reflections: Annotated[str, OneOf(*REFLECTION_MODES)] = "rewrite",
         stop_after_win: bool = False,
         curate_shows_task: bool = False,
+        current_observation: Annotated[str, OneOf(*CURRENT_OBSERVATIONS)] = "latest",
         **kwargs: Any,
     ):
         if carried_text == "none" and curate:
@@ -91,6 +96,7 @@ class SkillRiseAgentLoop(EnvAgentLoop):
         self.accumulate = reflections == "accumulate"
         self.stop_after_win = stop_after_win
         self.curate_shows_task = curate_shows_task
+        self.current_observation = current_observation
         # The document as written (headings, lists, numbered steps): it is all that crosses tasks. Cut mode
         # takes a reply of any length and cuts the document itself.
         longest = sys.maxsize if document_overflow == "cut" else max_document_words * 20
@@ -143,6 +149,28 @@ class SkillRiseAgentLoop(EnvAgentLoop):
         for output in outputs:
             output.extra_fields["reward_extra_info"] = dict(summary)
         return outputs
+
+    def step_messages(self, system_prompt: str, preamble: str, episode: EpisodeResult, current: str,
+                      shown: int) -> list[dict[str, str]]:
+        """``current_observation: initial``: the task as first observed stands for the current observation all
+        episode (shown once, not repeated), then the last ``shown`` steps, whose last line holds the newest
+        result, then the admissible actions of this step."""
+        if self.current_observation == "latest" or not episode.actions:
+            return super().step_messages(system_prompt, preamble, episode, current, shown)
+        step = episode.last_step
+        # ``current`` is the newest observation followed by its actions (render_observation); keep the actions.
+        # After a reply that sent no action (no last step) it says what was wrong, and stays whole.
+        if step is not None and current.startswith(step.observation):
+            current = current[len(step.observation):].lstrip("\n")
+        parts = [preamble + f"Task and current observation (as first observed):\n{episode.first_observation}"]
+        recent = episode.actions[-shown:] if shown else []
+        first = len(episode.actions) - len(recent) + 1
+        lines = [f"{first + i}. {action} -> {' '.join(result.split())}" for i, (action, result) in enumerate(recent)]
+        if lines:
+            parts.append(f"Your last {len(lines)} of {len(episode.actions)} steps (action -> observation):\n"
+                         + "\n".join(lines))
+        parts.append(f"Step {len(episode.actions) + 1}:\n{current}")
+        return self.chat(system_prompt, "\n\n".join(parts))
 
     def document_words(self, document: str) -> int:
         return 0 if document == self.carried.empty else len(document.split())

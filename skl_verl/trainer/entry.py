@@ -190,6 +190,8 @@ def prepare_config(config: DictConfig) -> DictConfig:
             f"actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode!r} is not registered; "
             f"known: {sorted(core_algos.POLICY_LOSS_REGISTRY)}"
         )
+    if loss_mode in registry.POLICY_LOSS_CHECKS:
+        registry.POLICY_LOSS_CHECKS[loss_mode](config.actor_rollout_ref.actor)
     loop_file = rollout.agent.get("agent_loop_config_path")
     entries = registry.agent_loop_entries(loop_file)
     loops = selected_loops(config)

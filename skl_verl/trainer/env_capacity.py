@@ -6,13 +6,18 @@ once and each worker plays its share concurrently; every episode leases its own 
 that bounds its episodes run-wide (``kw.executor.max_parallel_episodes``) is sized by that bound. So a node holds
 about ``ceil(episodes / nnodes)`` env workers, each of the measured size of its env kind
 (``benchmarks/env_memory.py``). WebShop episodes share HTTP servers instead:
-at most ``WEBSHOP_EPISODES_PER_SERVER`` concurrent episodes a server (``docs/webshop_setup.md``).
+at most ``WEBSHOP_EPISODES_PER_SERVER`` concurrent episodes a server (``docs/webshop_setup.md``). Validation
+plays every row of a validation batch at once (``data.val_batch_size``, null: the whole file, x
+``val_kwargs.n``) on the servers each row names (its env kwarg ``server_url``: a validation site apart from the
+training one), else on ``WEBSHOP_URL``'s, and is checked the same way.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import os
+from collections import Counter
 
 from omegaconf import DictConfig
 
@@ -108,13 +113,47 @@ def check_env_capacity(config: DictConfig, environ=os.environ) -> tuple[str, lis
             servers = len(server_urls(environ.get("WEBSHOP_URL") or DEFAULT_URL))
         except ValueError:  # a malformed WEBSHOP_URL: config_checks.resource_problems says what is wrong
             return "\n".join(lines), problems
-        needed = math.ceil(episodes / WEBSHOP_EPISODES_PER_SERVER)
         lines.append(f"webshop: {episodes} concurrent episodes on {servers} server(s) (at most "
                      f"{WEBSHOP_EPISODES_PER_SERVER} each)")
-        if servers < needed:
-            problems.append(
-                f"WEBSHOP_URL lists {servers} WebShop server(s) for {episodes} concurrent episodes; one serves at most "
-                f"{WEBSHOP_EPISODES_PER_SERVER} before env calls time out into zero-reward samples: start {needed} "
-                "(docs/webshop_setup.md) and list them comma-separated in WEBSHOP_URL"
-            )
+        problems += webshop_server_problems("WEBSHOP_URL", servers, episodes, "")
+        for named, val_episodes in validation_episodes_by_server(config).items():
+            try:
+                val_servers = len(server_urls(named)) if named else servers
+            except ValueError as exc:
+                problems.append(f"a validation row's server_url {named!r}: {exc}")
+                continue
+            source = f"the validation rows' server_url ({named})" if named else "WEBSHOP_URL"
+            lines.append(f"webshop validation: {val_episodes} concurrent episodes on {val_servers} server(s) of {source}")
+            problems += webshop_server_problems(source, val_servers, val_episodes, " validation")
     return "\n".join(lines), problems
+
+
+def webshop_server_problems(source: str, servers: int, episodes: int, kind: str) -> list[str]:
+    needed = math.ceil(episodes / WEBSHOP_EPISODES_PER_SERVER)
+    if servers >= needed:
+        return []
+    return [f"{source} lists {servers} WebShop server(s) for {episodes} concurrent{kind} episodes; one serves at most "
+            f"{WEBSHOP_EPISODES_PER_SERVER} before env calls time out into zero-reward samples: start {needed} "
+            f"(docs/webshop_setup.md) and list them comma-separated in {source}"]
+
+
+def validation_episodes_by_server(config: DictConfig) -> dict[str, int]:
+    """Concurrent validation episodes by the ``server_url`` their rows name ("" for none: the env's default),
+    read from ``data.val_files``; empty when no file is there yet (a dry run before the data is built)."""
+    files = config_value(config, "data.val_files")
+    files = [files] if isinstance(files, str) else list(files or [])
+    if not files or not all(os.path.isfile(str(f)) for f in files):
+        return {}
+    import pyarrow.parquet as pq
+
+    named: list[str] = []
+    for path in files:
+        for info in pq.read_table(str(path), columns=["extra_info"]).column("extra_info").to_pylist():
+            spec = (info or {}).get("env_spec") or "{}"
+            spec = json.loads(spec) if isinstance(spec, str) else spec
+            named.append(str((spec.get("kwargs") or {}).get("server_url") or ""))
+    batch = config_value(config, "data.val_batch_size") or len(named)
+    at_once = min(int(batch), len(named))
+    samples = int(config_value(config, "actor_rollout_ref.rollout.val_kwargs.n", 1) or 1)
+    # a batch's rows come from anywhere in the file: each server list may get all of its rows in one batch
+    return {url: min(count, at_once) * samples for url, count in Counter(named).items()}

@@ -162,10 +162,18 @@ def require_fields(name: str, sample_fields: dict[str, np.ndarray] | None, keys:
         raise ValueError(f"estimator {name!r}: batch lacks per-sample fields {missing}; use an skl_verl agent loop")
 
 
-def register_policy_loss(name: str, fn: Callable) -> None:
-    """A policy loss with verl's signature, as ``actor_rollout_ref.actor.policy_loss.loss_mode=<name>``."""
+POLICY_LOSS_CHECKS: dict[str, Callable[[Any], None]] = {}
+"""Config checks of registered policy losses, run before any worker starts when the run selects that loss."""
+
+
+def register_policy_loss(name: str, fn: Callable, config_check: Callable[[Any], None] | None = None) -> None:
+    """A policy loss with verl's signature, as ``actor_rollout_ref.actor.policy_loss.loss_mode=<name>``;
+    ``config_check(actor_config)`` raises ``ConfigError`` for actor settings the loss cannot run with."""
     core_algos.POLICY_LOSS_REGISTRY.pop(name, None)
     core_algos.register_policy_loss(name)(fn)
+    POLICY_LOSS_CHECKS.pop(name, None)
+    if config_check is not None:
+        POLICY_LOSS_CHECKS[name] = config_check
 
 
 TERM_WEIGHT_FNS: dict[str, Callable[..., torch.Tensor]] = {}

@@ -34,6 +34,7 @@ FROZENLAKE = ["--env", "frozenlake", "--env-kwargs", json.dumps({"size": 4, "num
         (["--top-k", "0"], "argument --top-k: 0 is neither -1 (off) nor a positive count"),
         (["--sample", "random"], "argument --sample: invalid choice: 'random'"),
         (["--seed", "-1001"], "argument --seed: -1001 is below -1000"),
+        (["--validation", "-1"], "argument --validation: -1 is below 0"),
         (["--method", "LaMer"], "no lamer_frozenlake agent loop to evaluate LaMer on frozenlake; pass --agent-loop"),
     ],
 )
@@ -58,6 +59,8 @@ def test_the_released_held_out_split_and_draw_are_the_defaults(env, env_kwargs, 
     seen = evaluate.main(["--env", env, "--env-kwargs", json.dumps(env_kwargs), "--model", "/nonexistent/model"])
     assert seen["args"].env_kwargs == expected and seen["args"].sample == "released"
     assert seen["results"]["env_kwargs"] == expected and seen["results"]["sample"] == "released"
+    # the draw of the released runs' last validation (after step 150: the 31st), not the one before training
+    assert seen["args"].validation == 30 and seen["results"]["validation"] == 30
 
 
 def test_unwritable_out_stops_before_any_rollout(tmp_path, capsys):

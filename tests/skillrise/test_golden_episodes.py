@@ -425,16 +425,22 @@ def test_skillrise_sciworld_golden_episode(tmp_path, model_dir):
     c = Checks()
     prompts = policy.prompts
     task = "Your task is to find a(n) living thing"
+    first_look = next(line for line in prompts[(0, "solve0")][0].splitlines() if line.startswith("This room is called"))
     if c.true(len(prompts[(0, "solve0")]) >= 5, "trial 0 played task 1 for 5 turns"):
-        c.in_order(prompts[(0, "solve0")][2], ["Skill document (", EMPTY_DOCUMENT, "Task", task, "Your last 2 of 2 steps",
-                                               "1. open door to kitchen ->",
-                                               f"2. {BAD_TAIL} -> No known action matches that input.",
-                                               "Current observation (step 3)", "Action templates"],
-                   "solve prompt after an unparseable reply")
+        # As released (current_observation: initial): the "current observation" is the task's first all episode,
+        # shown once with the task; the newest result is only the last history line.
+        step3 = prompts[(0, "solve0")][2]
+        c.in_order(step3, ["Skill document (", EMPTY_DOCUMENT, "Task and current observation (as first observed)", task,
+                           first_look, "Your last 2 of 2 steps", "1. open door to kitchen ->",
+                           f"2. {BAD_TAIL} -> No known action matches that input.", "Step 3:", "Action templates"],
+                   "solve prompt after an unparseable reply (step 3)")
+        c.equal((step3.count(first_look), step3.count("No known action matches that input."),
+                 "Current observation (step" in step3), (1, 1, False),
+                "step 3 shows the first observation once and the newest only as its history line")
         # step_history 2: step 5 shows steps 3 and 4 only.
         step5 = prompts[(0, "solve0")][4]
-        c.in_order(step5, ["Skill document (", task, "Your last 2 of 4 steps", "3. go to kitchen ->", "4. open door to outside ->",
-                           "Current observation (step 5)", "Action templates"], "solve prompt, step 5")
+        c.in_order(step5, ["Skill document (", task, first_look, "Your last 2 of 4 steps", "3. go to kitchen ->",
+                           "4. open door to outside ->", "Step 5:", "Action templates"], "solve prompt, step 5")
         c.true("1. open door to kitchen ->" not in step5 and f"2. {BAD_TAIL}" not in step5,
                "steps older than step_history are not shown")
     if c.true(len(prompts[(0, "solve1")]) >= 1, "trial 0 played task 2"):
@@ -442,7 +448,7 @@ def test_skillrise_sciworld_golden_episode(tmp_path, model_dir):
                    "first solve prompt of task 2 (curated document)")
     last = prompts[(1, "solve1")][-1]
     c.in_order(last, ["Your last 2 of 29 steps", "28. look around ->", "29. look around ->",
-                      "Current observation (step 30)", "Action templates"], "solve prompt at the turn cap")
+                      "Step 30:", "Action templates"], "solve prompt at the turn cap")
     c.true("27. look around ->" not in last, "steps older than step_history are not shown at the cap")
     # history_window 30: the curator sees the whole attempt.
     c.in_order(prompts[(0, "curate0")][0], ["Old skill document:", EMPTY_DOCUMENT, "Most recent attempt, 11 of 11 steps",

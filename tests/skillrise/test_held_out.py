@@ -78,3 +78,31 @@ def test_a_task_drawn_twice_is_played_twice_as_its_own_sequence():
         f"retry-{a.task_id}", f"retry-{b.task_id}", f"retry-{b.task_id}-draw2", f"retry-{b.task_id}-draw3"]
     assert all(s.task_ids == (s.task_ids[0],) * 3 for s in sequences)
     assert distinct([b, a, b]) == [b, a]
+
+
+def test_each_validation_plays_the_next_alfworld_games_of_textworlds_own_cycle():
+    # The authors' validation envs live all run; validation v is each worker's (v + 1)-th reset: its
+    # TextWorld iterator's next game, reshuffled by the same generator after each pass (shuffled_cycle).
+    textworld_batch = pytest.importorskip("textworld.gym.envs.textworld_batch")
+    games = tasks(7)  # a short list: 31 validations pass over it four times
+    for row in range(3):
+        worker = SimpleNamespace(gamefiles=[g.task_id for g in games])
+        textworld_batch.TextworldBatchGymEnv.seed(worker, 1000 + row)
+        for validation in range(31):
+            expected = next(worker._gamefiles_iterator)
+            assert released_draw("alfworld", games, 3, seed=0, validation=validation)[row].task_id == expected
+
+
+@pytest.mark.parametrize("env", ["webshop", "sciworld"])
+def test_each_validation_draws_the_next_choice_of_one_generator(env):
+    # skillrise_{webshop,sciworld}/envs.py reset: self._rng.choice(..., 128, replace=False) on one RandomState
+    # that lives all run; before training, then every 5 steps: the validation after step 150 is the 31st call.
+    pool = tasks(500)
+    rng = np.random.RandomState(1000)
+    calls = [rng.choice(range(len(pool)), size=128, replace=False) for _ in range(31)]
+    for validation in (0, 1, 2, 30):
+        drawn = released_draw(env, pool, 128, seed=0, validation=validation)
+        assert [t.task_id for t in drawn] == [pool[i].task_id for i in calls[validation]]
+    assert released_draw(env, pool, 128, validation=1) != released_draw(env, pool, 128, validation=0)
+    with pytest.raises(ValueError, match="validation must be >= 0"):
+        released_draw(env, pool, 128, validation=-1)

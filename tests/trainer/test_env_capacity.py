@@ -109,3 +109,51 @@ def test_the_executor_client_sends_as_many_requests_at_once_as_episodes_it_plays
     finally:
         server.shutdown()
     assert Held.most == 40  # Python's default executor would hold min(32, CPUs + 4) at once
+
+
+def webshop_validation(tmp_path, rows, server_url):
+    """A WebShop run's config whose validation file has ``rows`` rows naming ``server_url`` (none: WEBSHOP_URL's)."""
+    import json
+
+    from omegaconf import OmegaConf
+
+    from skl_verl.rollout.data import write_parquet
+
+    kwargs = {"split": "test"} if server_url is None else {"split": "test", "server_url": server_url}
+    spec = json.dumps({"name": "webshop", "kwargs": kwargs})
+    val = write_parquet([{"prompt": [{"role": "user", "content": "x"}], "extra_info": {"env_spec": spec, "task_id": str(i)}}
+                         for i in range(rows)], tmp_path / "val.parquet")
+    return OmegaConf.create({
+        "skl": {"env": "webshop", "cluster": {"memory_gib_per_node": 1024, "cpus_per_node": 128}},
+        "data": {"train_batch_size": 4, "val_files": val, "val_batch_size": None},
+        "actor_rollout_ref": {"rollout": {"n": 8, "val_kwargs": {"n": 1}}},
+    })
+
+
+@pytest.mark.parametrize("val_servers, refused", [("http://127.0.0.1:3001", True),
+                                                  ("http://127.0.0.1:3001,http://127.0.0.1:3002", False)])
+def test_validation_episodes_are_counted_against_the_validation_sites_servers(val_servers, refused, tmp_path):
+    from skl_verl.trainer.env_capacity import check_env_capacity
+
+    # training: 4 x 8 = 32 episodes on WEBSHOP_URL's one server (fits); validation: all 128 rows at once on the
+    # servers the rows name (one serves 64)
+    lines, problems = check_env_capacity(webshop_validation(tmp_path, 128, val_servers),
+                                         environ={"WEBSHOP_URL": "http://127.0.0.1:3000"})
+    assert "webshop: 32 concurrent episodes on 1 server(s)" in lines
+    servers = len(val_servers.split(","))
+    assert f"webshop validation: 128 concurrent episodes on {servers} server(s) of the validation rows' server_url" in lines
+    assert bool(problems) == refused
+    if refused:
+        assert problems == [f"the validation rows' server_url ({val_servers}) lists 1 WebShop server(s) for 128 "
+                            "concurrent validation episodes; one serves at most 64 before env calls time out into "
+                            "zero-reward samples: start 2 (docs/webshop_setup.md) and list them comma-separated in "
+                            f"the validation rows' server_url ({val_servers})"]
+
+
+def test_validation_rows_without_a_server_play_on_webshop_url(tmp_path):
+    from skl_verl.trainer.env_capacity import check_env_capacity
+
+    lines, problems = check_env_capacity(webshop_validation(tmp_path, 100, None),
+                                         environ={"WEBSHOP_URL": "http://127.0.0.1:3000"})
+    assert "webshop validation: 100 concurrent episodes on 1 server(s) of WEBSHOP_URL" in lines
+    assert problems and problems[0].startswith("WEBSHOP_URL lists 1 WebShop server(s) for 100 concurrent validation")
