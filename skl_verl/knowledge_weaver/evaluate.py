@@ -19,7 +19,7 @@ has as many runs and seeds as there are banks and its std is over them, as the p
 curve keeps its own k = 0 control, App. E.4). Episodes are keyed by (task, guidance, seed): within a run the
 same guidance is played once (a k above the bank size). Metrics per bank and k: success rate overall and per task type, score = 100 x mean episode
 reward (WebShop), success = won or reward >= 0.999999; mean and sample std over banks; guidance-block
-tokens in the executor's tokenizer (0 without guidance). Jaccard overlap (§4.3): at k (10), the tasks
+tokens in the executor's tokenizer (at k = 0, the no-guidance text's). Jaccard overlap (§4.3): at k (10), the tasks
 each entry is retrieved for; the mean over pairs of retrieved entries of |A & B| / |A | B|, averaged over
 banks. Writes ``results.json`` (with every episode: task, guidance, seed, won, reward, steps, and replies
 that named no admissible command), ``table.txt`` (ours beside the paper's Tables 1-3) and ``sr_vs_k.png``.
@@ -55,6 +55,7 @@ from skl_verl.knowledge_weaver.retrieval import (
     BankEntry,
     BM25Retriever,
     HFMeanPoolRetriever,
+    query_task_type,
     retrieval_query,
 )
 from skl_verl.rollout.clients import generation_client
@@ -83,8 +84,8 @@ def eval_tasks(env: Any, task_ids: Sequence[str]) -> list[EvalTask]:
     for task_id in task_ids:
         observation, info = env.reset(task_id)
         spec = env.task(task_id)
-        tasks.append(EvalTask(task_id, spec.family, retrieval_query(spec.family, task_description(info, observation),
-                                                                    observation)))
+        query = retrieval_query(query_task_type(env.name, spec.family), task_description(info, observation), observation)
+        tasks.append(EvalTask(task_id, spec.family, query))
     return tasks
 
 
@@ -102,9 +103,8 @@ def jaccard_overlap(ranked: Sequence[Sequence[int]], k: int) -> float | None:
 
 
 def guidance_tokens(tokenizer: Any, bodies: Sequence[str]) -> int:
-    """Tokens of the guidance block built from ``bodies``; 0 when nothing is retrieved."""
-    if not bodies:
-        return 0
+    """Tokens of the guidance block the executor is shown for ``bodies``: with nothing retrieved (k = 0) that is the
+    "No additional guidance." text, which the authors count too (Fig. 3's x-axis starts there, not at 0)."""
     return len(tokenizer(format_guidance(bodies), add_special_tokens=False)["input_ids"])
 
 

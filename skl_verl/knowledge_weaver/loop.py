@@ -51,6 +51,7 @@ from skl_verl.knowledge_weaver.retrieval import (
     BankEntry,
     BM25Retriever,
     HFMeanPoolRetriever,
+    query_task_type,
     retrieval_query,
 )
 from skl_verl.knowledge_weaver.settings import KWSettings, kw_settings
@@ -342,13 +343,14 @@ class KnowledgeWeaverCuratorLoop(AgentLoopBase):
             use_bank = self.kw.bank["enabled"] and bank and self.kw.bank["top_m"] > 0
             if use_bank:
                 resets = await asyncio.gather(*(self._reset(t, seed) for t, seed in chosen))
-                # The query names the task's own family (WebShop: its goal category), as evaluation does
-                # and as the authors' one query builder does, not the slot's type ("webshop" for every task).
-                # A task whose reset failed retrieves nothing; its runs then fail at their own reset, flagged.
+                # The query names the task's own family in the authors' words (pick_and_place_simple,
+                # WebShop/<category>), as evaluation does and as the authors' one query builder does, not the
+                # slot's type ("webshop" for every task). A task whose reset failed retrieves nothing; its runs
+                # then fail at their own reset, flagged.
                 families = task_families(self.kw)
                 reset_ok = [k for k, reset in enumerate(resets) if reset is not None]
-                queries = [retrieval_query(families[chosen[k][0]], task_description(resets[k][1], resets[k][0]),
-                                           resets[k][0]) for k in reset_ok]
+                queries = [retrieval_query(query_task_type(self.kw.env_name, families[chosen[k][0]]),
+                                           task_description(resets[k][1], resets[k][0]), resets[k][0]) for k in reset_ok]
                 entries = [BankEntry(e.entry_id, e.text) for e in bank]
                 ranked = _PROCESS.retriever(self.kw).rank(queries, entries, self.kw.bank["top_m"]) if queries else []
                 for k, row in zip(reset_ok, ranked):

@@ -18,6 +18,8 @@ from typing import Protocol
 
 import torch
 
+from envs.alfworld_env import FAMILIES
+
 
 @dataclass(frozen=True)
 class BankEntry:
@@ -27,6 +29,20 @@ class BankEntry:
 
 class Retriever(Protocol):
     def rank(self, queries: Sequence[str], entries: Sequence[BankEntry], k: int) -> list[list[int]]: ...
+
+
+ALFWORLD_QUERY_TYPES = {family: task_type for task_type, family in FAMILIES.items()}
+"""Our ALFWorld family names (``Pick``) -> the game's task type the authors' query names (``pick_and_place_simple``)."""
+
+
+def query_task_type(env_name: str, family: str) -> str:
+    """The type a task's query names, as the authors' query builders write it (``build_retrieval_query``): ALFWorld
+    the game's task type (``pick_and_place_simple``), WebShop ``WebShop/<goal category>``; other envs the family."""
+    if env_name == "alfworld":
+        return ALFWORLD_QUERY_TYPES.get(family, family)
+    if env_name == "webshop":
+        return f"WebShop/{family}"
+    return family
 
 
 def retrieval_query(task_type: str, description: str, observation: str) -> str:

@@ -1,5 +1,6 @@
-"""Bank generation with a scripted curator: the seeded type and context draw, the repair turn after an
-invalid reply, truncation to the word cap, skipped entries, and the bank file evaluation reads."""
+"""Bank generation with a scripted curator: the seeded type and context draw, each env's retry rule (ALFWorld's
+repair turn, WebShop's one reply), truncation to the word cap, an entry that never parses (an error naming it, or
+skipped on request), and the bank file evaluation reads."""
 
 import random
 
@@ -54,7 +55,7 @@ def test_an_invalid_reply_is_repaired_and_the_seeded_bank_is_reproducible(tiny_t
     monkeypatch.setattr(gb, "make_curator_client", scripted)
     argv = ["--env", "alfworld", "--pool", str(pool_path), "--curator", tiny_tokenizer_dir, "--n", "6", "--seed", "7"]
     entries = gb.main([*argv, "--out", str(tmp_path / "a.jsonl")])
-    assert "6 of 6 entries (6 after a repair, 0 truncated, 0 skipped)" in capsys.readouterr().out
+    assert "6 of 6 entries (6 after more than one reply, 0 truncated, 0 skipped)" in capsys.readouterr().out
 
     # Entry i's type is Random(seed * 100000 + i * 100).choice over the usable types in the authors' ALFWorld
     # order (issue 39 item 8: Pick before Clean).
@@ -74,23 +75,59 @@ def test_an_invalid_reply_is_repaired_and_the_seeded_bank_is_reproducible(tiny_t
     assert gb.read_bank(tmp_path / "a.jsonl") == [BankEntry(e.entry_id, e.text) for e in entries]
 
 
-def test_an_overlong_reply_is_cut_at_a_sentence_end_and_an_unusable_one_is_skipped(tiny_tokenizer_dir, tmp_path):
+SENTENCE = "Open the fridge before you look inside it for the apple."  # 11 words
+LONG_BODY = " ".join([SENTENCE] * 11)  # 121 words; the 9th sentence ends at word 99
+
+
+def overlong_then_unusable(index, attempt):
+    return f"<skill>{LONG_BODY}</skill>" if index == 0 else "I cannot write one."
+
+
+def test_alfworld_cuts_an_overlong_reply_at_once_and_an_entry_that_never_parses_is_an_error(tiny_tokenizer_dir):
+    """The authors' ALFWorld generator: an over-long entry is cut at a sentence end on its first reply (no repair);
+    10 replies with repair turns, then an error naming the entry (issue 39 item 8: it was skipped)."""
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_tokenizer_dir)
-    sentence = "Open the fridge before you look inside it for the apple."  # 11 words
-    long_body = " ".join([sentence] * 11)  # 121 words; the 9th sentence ends at word 99
+    curator = ScriptedCurator(tokenizer, overlong_then_unusable)
+    with pytest.raises(gb.BankIncomplete, match=r"1 of 2 entries never parsed: entry_000001 \((Pick|Clean)\): no valid "
+                       r"reply in 10 attempts \(last: .*\)\. No bank was written"):
+        gb.asyncio.run(gb.generate_bank(curator, tokenizer, "alfworld", POOL, n=2, seed=1))
+    assert sorted(curator.prompts) == [(0, 1)] + [(1, a) for a in range(1, 11)]
+    assert "not exactly one <skill>...</skill> block" in curator.prompts[1, 2]  # a repair turn
 
-    def reply(index, attempt):
-        return f"<skill>{long_body}</skill>" if index == 0 else "I cannot write one."
+    curator = ScriptedCurator(tokenizer, overlong_then_unusable)
+    with pytest.warns(UserWarning, match=r"left out of the bank: entry_000001 .*no valid reply in 3 attempts"):
+        entries = gb.asyncio.run(gb.generate_bank(curator, tokenizer, "alfworld", POOL, n=2, seed=1, attempts=3,
+                                                  missing="skip"))
+    assert [(e.entry_id, e.attempts, e.truncated, e.text) for e in entries] == [
+        ("entry_000000", 1, True, " ".join([SENTENCE] * 9))]
 
-    curator = ScriptedCurator(tokenizer, reply)
-    with pytest.warns(UserWarning, match=r"entry 1 \(.*\): no valid entry in 3 attempts .*; skipped"):
-        entries = gb.asyncio.run(gb.generate_bank(curator, tokenizer, "alfworld", POOL, n=2, seed=1, attempts=3))
-    assert len(entries) == 1 and entries[0].truncated and entries[0].attempts == 3
-    assert entries[0].text == " ".join([sentence] * 9)
-    assert sorted(curator.prompts) == [(i, a) for i in range(2) for a in (1, 2, 3)]
-    assert "121 words, over the 100-word cap" in curator.prompts[0, 2]
+
+WEBSHOP_POOL = [PoolEpisode("webshop", _episode(f"webshop-{i}", won=i % 2 == 0)) for i in range(4)]
+
+
+def test_webshop_asks_once_and_an_entry_that_never_parses_is_an_error_naming_it(tiny_tokenizer_dir, tmp_path,
+                                                                               monkeypatch):
+    """The authors' WebShop bank builder: one request per entry (skill_generation_max_retries 0), no repair turn, an
+    over-long description cut at its 100th word, and an error when an entry is missing (issue 39 item 8)."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_tokenizer_dir)
+    curator = ScriptedCurator(tokenizer, overlong_then_unusable)
+    monkeypatch.setattr(gb, "make_curator_client", lambda args, tokenizer: curator)
+    pool = write_pool(tmp_path / "pool.jsonl", WEBSHOP_POOL)
+    argv = ["--env", "webshop", "--pool", str(pool), "--curator", tiny_tokenizer_dir, "--n", "2", "--seed", "42",
+            "--prompt-budget", "100000", "--out", str(tmp_path / "bank.jsonl")]
+    with pytest.raises(gb.BankIncomplete, match=r"entry_000001 \(webshop\): no valid reply in 1 attempts"):
+        gb.main(argv)
+    assert sorted(curator.prompts) == [(0, 1), (1, 1)] and not (tmp_path / "bank.jsonl").exists()
+
+    curator.prompts.clear()
+    entries = gb.main([*argv, "--attempts", "3", "--missing", "skip"])
+    assert [(e.attempts, e.truncated, e.text) for e in entries] == [(1, True, " ".join(LONG_BODY.split()[:100]))]
+    assert curator.prompts[1, 1] == curator.prompts[1, 2] == curator.prompts[1, 3]  # the same prompt, no repair turn
+    assert gb.read_bank(tmp_path / "bank.jsonl") == [BankEntry("entry_000000", entries[0].text)]
 
 
 def test_cut_to_word_cap_and_bank_snapshots_read_like_generated_banks(tmp_path):

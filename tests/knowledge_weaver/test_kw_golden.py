@@ -26,6 +26,7 @@ from kw_standins import DECOY, PlanExecutor, ScriptedCurator
 from transformers import AutoTokenizer
 
 from envs import make_env
+from envs.alfworld_env import FAMILIES
 from skl_verl import checked_jsonl
 from skl_verl.knowledge_weaver.state import BANK_KIND
 from skl_verl.knowledge_weaver import build, loop
@@ -250,8 +251,10 @@ def test_alfworld_step(tmp_path, tmp_path_factory, model_dir, plans, monkeypatch
     assert singles and all("30 words at most" in text and "Guidance skill:\n" in text and "Admissible commands:\n" in text
                            and params["max_tokens"] == 192 for _, text, params in singles)
     assert not executor_calls(":retry") and not any(f"Action: {DECOY}\nResult" in t for _, t, _ in PlanExecutor.calls)
-    # Training's retrieval queries are evaluation's for the same tasks (the task's family names its type).
+    # Training's retrieval queries are evaluation's for the same tasks (the task's family names its type, in the
+    # authors' words: the game's task type, issue 39 item 8).
     assert queries and set(queries) <= expected_queries
+    assert {q.splitlines()[0] for q in queries} <= {f"Task type: {t}" for t in FAMILIES}
 
 
 def test_webshop_step(tmp_path, model_dir, plans, monkeypatch):
@@ -301,7 +304,7 @@ def test_webshop_step(tmp_path, model_dir, plans, monkeypatch):
     # Training's retrieval query names the goal's category, as evaluation's does for the same task.
     assert queries and set(queries) <= set(evaluation.values())
     categories = {goal["category"] for goal in goals.values()}
-    assert all(q.splitlines()[0] in {f"Task type: {c}" for c in categories} for q in queries)
+    assert all(q.splitlines()[0] in {f"Task type: WebShop/{c}" for c in categories} for q in queries)  # item 8
 
 
 def test_the_readme_has_a_row_for_each_setting_and_the_package_says_what_it_holds():
@@ -313,7 +316,8 @@ def test_the_readme_has_a_row_for_each_setting_and_the_package_says_what_it_hold
     rows = {line.split("|")[1].strip(): line for line in readme.splitlines() if line.startswith("| ")}
     for setting in ("observation characters (curator's view)", "rendered steps per source trajectory",
                     "executor command caps", "executor's wording (App. C.2 / C.4)", "k = 0 control",
-                    "step plan and update-type order", "WebShop retrieval query", "executor"):
+                    "step plan and update-type order", "retrieval query", "executor", "minibatches",
+                    "bank generation replies", "guidance tokens"):
         assert setting in rows, setting
         assert rows[setting].count("|") == 6, setting  # setting, paper, authors, ours, why
 

@@ -30,6 +30,28 @@ def test_configs_carry_table_4(env):
 
 
 @pytest.mark.parametrize("env", ["alfworld", "webshop"])
+def test_mini_batches_mix_contexts(env):
+    """Issue 39 item 8: the authors' 32 mini-batches of a step mix contexts (AReaL packs the 256 samples by tokens); ours
+    held one context's 8 candidates each. The composed config through verl 0.9.1's own split (``make_iterator``, as
+    ``train_mini_batch`` calls it with ``_update_actor``'s mini-batch size, seed and shuffle) on a batch in verl's
+    order, each context's candidates side by side."""
+    import torch
+    from tensordict import TensorDict
+    from verl.utils.tensordict_utils import make_iterator
+
+    config = compose(CONFIG_DIR, f"kw_{env}", [])
+    actor, n = config.actor_rollout_ref.actor, config.actor_rollout_ref.rollout.n
+    samples = config.data.train_batch_size * n
+    batch = TensorDict({"context": torch.arange(samples) // n}, batch_size=[samples])
+    mini_batches = [b["context"].tolist() for b in make_iterator(
+        batch, mini_batch_size=actor.ppo_mini_batch_size * n, epochs=actor.ppo_epochs, seed=actor.data_loader_seed,
+        dataloader_kwargs={"shuffle": actor.shuffle})]
+    assert len(mini_batches) == 32 and {len(b) for b in mini_batches} == {8}
+    assert sorted(c for b in mini_batches for c in b) == sorted(batch["context"].tolist())  # every sample once
+    assert all(len(set(b)) > 1 for b in mini_batches)  # no mini-batch is one context's candidates
+
+
+@pytest.mark.parametrize("env", ["alfworld", "webshop"])
 def test_ablations_drop_the_bank_and_then_the_mi_credit(env):
     sr_mi, sr = (kw_settings(compose(CONFIG_DIR, f"kw_{name}_{env}", [])) for name in ("sr_mi", "sr"))
     assert not sr_mi.bank["enabled"] and sr_mi.reward["lambda_msr"] == 0 and sr_mi.mi["enabled"]

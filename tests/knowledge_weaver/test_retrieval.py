@@ -9,6 +9,7 @@ from skl_verl.knowledge_weaver.retrieval import (
     BankEntry,
     BM25Retriever,
     HFMeanPoolRetriever,
+    query_task_type,
     retrieval_query,
 )
 
@@ -36,6 +37,19 @@ def test_equal_scores_rank_by_entry_id():
     entries = [BankEntry("b", "same text"), BankEntry("a", "same text"), BankEntry("c", "other words")]
     assert BM25Retriever().rank(["same"], entries, 3) == [[1, 0, 2]]
     assert BM25Retriever().rank(["nothing matches"], entries, 2) == [[1, 0]]
+
+
+def test_the_query_names_the_type_in_the_authors_words():
+    """Issue 39 item 8: the authors' query builders name ALFWorld's game task type and ``WebShop/<category>`` (ours
+    named ``Pick`` and ``beauty``); the whole text, line by line, as theirs."""
+    assert query_task_type("alfworld", "Pick") == "pick_and_place_simple"
+    assert query_task_type("alfworld", "Pick2") == "pick_two_obj_and_place"
+    assert query_task_type("webshop", "beauty") == "WebShop/beauty"
+    assert query_task_type("frozenlake", "4x4") == "4x4"
+    query = retrieval_query(query_task_type("webshop", "beauty"), "i need a  lipstick", "WebShop\n[SEP] Search")
+    assert query == ("Task type: WebShop/beauty\nTask description: i need a lipstick\nCurrent observation: WebShop [SEP] "
+                     "Search\nPrevious 8 commands: none (retrieval occurs before the first action)\nRecent 5 online-memory "
+                     "action/result pairs: none (retrieval occurs before the first action)")
 
 
 def test_query_has_the_five_lines_whitespace_collapsed():
