@@ -17,6 +17,11 @@ ids such as ``"1-1"``). Variations come from the package's own split of each tas
 ``task_set="l0"`` selects the SkillRise authors' set instead (``envs.sciworld_l0``): 29 tasks (no
 ``use-thermometer``), ``split="train"`` their train variations and ``split="test"`` their *dev*
 variations, in that set's fixed shuffled order (``max_variations_per_task`` keeps its first N).
+``task_set="r3l"`` selects R3L's set (``examples/R3L/scienceworld/get_sciworld_data.py``, the code the SKL paper
+reruns SKL-SD in): ``split="train"`` its 17 training task types, ``split="test"`` the 13
+others, unseen in training; for both, variations ``0 .. int(count * 0.5) - 1`` by raw variation number, ``count``
+being the package's own variation count of the task (``get_max_variations``, checked equal to R3L's table
+``envs.sciworld_r3l``), not the package's train/dev/test variation lists: 2,294 train and 1,308 test tasks.
 
 ``TaskSpec``:
 
@@ -119,11 +124,12 @@ from envs.base import (
 
 from envs import sciworld_gold
 from envs.sciworld_l0 import L0_SPLITS, L0_TASK_ORDER, l0_index
+from envs.sciworld_r3l import R3L_SPLITS, R3L_VARIATION_FRACTION, R3L_VARIATIONS, r3l_tasks
 
 logger = logging.getLogger(__name__)
 
 SPLITS: tuple[str, ...] = ("train", "dev", "test")
-TASK_SETS: tuple[str, ...] = ("package", "l0")
+TASK_SETS: tuple[str, ...] = ("package", "l0", "r3l")
 INVALID_PREFIXES: tuple[str, ...] = ("No known action matches that input.", "Unknown action.")
 AMBIGUOUS_PREFIX = "Ambiguous request:"
 BLOCKED_ACTIONS: frozenset[str] = frozenset({"reset task"})
@@ -206,7 +212,7 @@ class SciWorldEnv(TextEnv):
     ) -> None:
         if task_set not in TASK_SETS:
             raise ValueError(f"task_set must be one of {TASK_SETS}, got {task_set!r}")
-        splits = tuple(L0_SPLITS) if task_set == "l0" else SPLITS
+        splits = tuple(L0_SPLITS) if task_set == "l0" else R3L_SPLITS if task_set == "r3l" else SPLITS
         if split not in splits:
             raise ValueError(f"split must be one of {splits} with task_set={task_set!r}, got {split!r}")
         self.task_set = task_set
@@ -306,13 +312,17 @@ class SciWorldEnv(TextEnv):
     def _build_tasks(self, selected, max_variations, task_table, infer_task) -> None:
         known = list(self._jvm("get_task_names"))
         info_by_name = {infer_task(row["task_name"]): row for row in task_table}
-        if selected is None:
+        if selected is None and self.task_set == "r3l":
+            selected = r3l_tasks(self.split)
+        elif selected is None:
             selected = [n for i, n in enumerate(known) if self.task_set == "package" or i in L0_TASK_ORDER]
         missing = [name for name in selected if name not in known]
         if missing:
             raise SciWorldJVMError(f"sciworld: the JVM does not know the tasks {missing}; it has {known}")
         if self.task_set == "l0":
             plan = self._l0_plan(known, selected, max_variations)
+        elif self.task_set == "r3l":
+            plan = self._r3l_plan(selected, max_variations)
         else:
             plan = []
             for name in selected:
@@ -342,7 +352,8 @@ class SciWorldEnv(TextEnv):
                 "instance": {"task": name, "variation": variation},
                 "split": self.split,
                 "task_set": self.task_set,
-                "package_split": L0_SPLITS[self.split] if self.task_set == "l0" else self.split,
+                # r3l: raw variation numbers, from no package split
+                "package_split": L0_SPLITS[self.split] if self.task_set == "l0" else None if self.task_set == "r3l" else self.split,
                 "simplification": self.simplification,
                 "gold_length": gold_length,
                 "max_steps": self.max_steps,
@@ -383,6 +394,21 @@ class SciWorldEnv(TextEnv):
         pairs = [(known[t], v) for t, v in l0_index(variations)[self.split] if known[t] in selected]
         # each task's variations are contiguous in L0: cap each run, keeping L0's order
         return [pair for _, run in groupby(pairs, key=lambda pair: pair[0]) for pair in list(run)[:max_variations]]
+
+    def _r3l_plan(self, selected: list[str], max_variations: int | None) -> list[tuple[str, int]]:
+        """R3L's (task, variation) pairs of ``self.split`` for the ``selected`` tasks: variations 0 to
+        int(count * 0.5) - 1 of each, ``count`` the package's own, which must be R3L's."""
+        outside = [name for name in selected if name not in r3l_tasks(self.split)]
+        if outside:
+            raise ValueError(f"sciworld: task_set='r3l' split={self.split!r} leaves out the tasks {outside}")
+        plan = []
+        for name in selected:
+            count = int(self._jvm("get_max_variations", name))
+            if count != R3L_VARIATIONS[name]:
+                raise SciWorldJVMError(f"sciworld: the package gives {name!r} {count} variations, R3L's table "
+                                       f"{R3L_VARIATIONS[name]}: task_set='r3l' would not be R3L's tasks")
+            plan.extend((name, v) for v in range(int(count * R3L_VARIATION_FRACTION))[:max_variations])
+        return plan
 
     def gold_action_sequence_for(self, task_name: str, variation: int) -> list[str]:
         """The package's gold action sequence for a task variation under this env's simplification.

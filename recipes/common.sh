@@ -47,15 +47,32 @@ check_resources() {
   fi
 }
 
-# build_missing OUT COMMAND...: run COMMAND (which writes OUT) unless OUT exists; a dry run builds
-# nothing and prints the command, shell-quoted, so the data a run would train on can be checked.
+# build_missing OUT COMMAND...: run COMMAND (which writes OUT) unless OUT exists, and note its arguments in
+# OUT.build. An OUT noted with other arguments (another split, task set or seed: a DATA_DIR shared across
+# settings) stops the run rather than training on it; an OUT without a note (built by hand, or before notes were
+# kept) is reused with a warning. A dry run builds nothing and prints the command, shell-quoted, so the data a run
+# would train on can be checked, and says whether an existing OUT matches it.
 build_missing() {
   local out=$1
   shift
+  local args
+  args=$(printf ' %q' "${@:2}")  # the builder's arguments, not the interpreter's path
+  local noted=""
+  if [ -f "$out.build" ]; then noted=$(cat "$out.build"); fi
   if [ "$DRY_RUN" = true ]; then
     echo "dry run: would build $out unless it exists:$(printf ' %q' "$@")"
   elif [ ! -f "$out" ]; then
     "$@"
+    printf '%s\n' "$args" > "$out.build"
+    return
+  fi
+  if [ -f "$out" ] && [ -z "$noted" ]; then
+    echo "warning: reusing $out, which has no $out.build note of how it was built; delete it to rebuild it as this run would" >&2
+  elif [ -f "$out" ] && [ "$noted" != "$args" ]; then
+    echo "error: $out was built with other arguments:$noted" >&2
+    echo "  this run builds it with:$args" >&2
+    echo "  delete $out and $out.build, or set DATA_DIR to another folder" >&2
+    if [ "$DRY_RUN" != true ]; then exit 2; fi
   fi
 }
 

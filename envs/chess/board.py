@@ -98,6 +98,11 @@ def describe_position(board: chess.Board) -> str:
 
 
 ASK_FOR_MOVE = "Reply with one move in SAN, e.g. Nf3, Rxf2, c5."
+OPPONENT_REPLY = "Opponent replied {uci}."
+"""How a game's observation names the opponent's reply: in UCI, never with a check or mate mark (``e7e5``,
+``e7e8q``), as the authors' simulator results print it (``str(chess.Move)``)."""
+OPPONENT_REPLY_SENTENCE = re.compile(r" ?Opponent replied [a-h][1-8][a-h][1-8][qrbn]?\.")
+"""``OPPONENT_REPLY`` as it appears in an observation (a loop that keeps the reply off the real turn drops it)."""
 ACTION_PROMPT = "Admissible actions: the legal moves listed above (any legal move in SAN; a check or mate mark is optional)."
 
 

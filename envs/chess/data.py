@@ -336,3 +336,15 @@ def train_test_split(
     for pid in puzzle_ids:
         (test if split_fraction(pid, seed) < test_fraction else train).append(pid)
     return train, test
+
+
+def head_split(puzzle_ids: Iterable[str], *, test_fraction: float = 0.2) -> tuple[list[str], list[str]]:
+    """The authors' split (``train_val_ratio`` 0.2): test = the first ``int(test_fraction * N)`` ids in the given
+    order (the rating-filtered file's), train = the rest, in order. Unlike ``train_test_split`` an id's side depends
+    on the ids before it."""
+    if not 0.0 <= test_fraction <= 1.0:
+        raise ValueError(f"test_fraction must be in [0, 1], got {test_fraction}")
+    ids = list(puzzle_ids)
+    cut = int(test_fraction * len(ids))
+    return ids[cut:], ids[:cut]
+

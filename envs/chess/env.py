@@ -40,7 +40,8 @@ or a claimable draw (threefold repetition, fifty moves), as in the authors' env,
 
 ``info`` of every step holds ``won``, ``invalid_action``, ``wrong_move``, ``move`` (the SAN played
 or None), ``expected_move`` (SAN of the puzzle's move at that point while it applies; None for an
-invalid action or once a game has left the line), ``opponent_reply`` (SAN or None), ``fen`` (after
+invalid action or once a game has left the line), ``opponent_reply`` (SAN or None), ``opponent_uci`` (the same
+move in UCI, or None), ``fen`` (after
 the step) and ``puzzle_id``; game mode adds ``on_line``, ``step_limit`` and ``result`` (``win``,
 ``loss``, ``draw`` or None while the game goes on).
 ``state_key()`` is the FEN without its half-move and full-move counters, so transpositions reached
@@ -73,6 +74,7 @@ from envs.base import (
 from envs.chess.board import (
     ACTION_PROMPT,
     ASK_FOR_MOVE,
+    OPPONENT_REPLY,
     color_name,
     describe_position,
     game_result,
@@ -81,12 +83,13 @@ from envs.chess.board import (
     state_key_of,
     termination_text,
 )
-from envs.chess.data import SAMPLE_CSV, ChessPuzzle, load_puzzles, train_test_split
+from envs.chess.data import SAMPLE_CSV, ChessPuzzle, head_split, load_puzzles, train_test_split
 from envs.chess.engines import StockfishPolicy
 
 FAMILY = "chess_puzzles"
 MODES = ("puzzle", "game")
 OPPONENTS = ("random", "first_legal", "stockfish", "puzzle_line")
+SPLIT_MODES = ("hash", "head")
 INVALID_MOVE_REWARD = -1.01
 """A game lost on an invalid move: the loss (-1) plus the format penalty 0.01 of the authors' SKL-RL
 chess scripts (``act_action_format_penality=0.01``; their loop ends the game when no valid move is found)."""
@@ -108,6 +111,7 @@ class ChessPuzzlesEnv(TextEnv):
         split: str | None = None,
         test_fraction: float = 0.2,
         split_seed: int = 0,
+        split_mode: str = "hash",
         mode: str = "puzzle",
         opponent: str = "random",
         off_line_opponent: str = "random",
@@ -118,12 +122,16 @@ class ChessPuzzlesEnv(TextEnv):
         invalid_move_ends: bool | None = None,
         bad_rows: str = "skip",
     ) -> None:
-        """``split`` in (None, "train", "test") keeps one side of ``train_test_split`` (after the
-        rating filter). ``opponent``, ``off_line_opponent``, ``max_steps``, ``invalid_move_ends``
+        """``split`` in (None, "train", "test") keeps one side of the split of the rating-filtered puzzles:
+        ``split_mode`` ``hash`` (``train_test_split``: an id's side from its hash, stable when the file changes) or
+        ``head`` (``head_split``: test = the first ``test_fraction`` of the file, in its order, as the authors).
+        ``opponent``, ``off_line_opponent``, ``max_steps``, ``invalid_move_ends``
         (None: on, the authors' rule) and the ``stockfish_*`` options belong to ``mode="game"``;
         ``wrong_move_ends`` to ``mode="puzzle"``."""
         if mode not in MODES:
             raise ValueError(f"{self.name}: mode must be one of {MODES}, got {mode!r}")
+        if split_mode not in SPLIT_MODES:
+            raise ValueError(f"{self.name}: split_mode must be one of {SPLIT_MODES}, got {split_mode!r}")
         if opponent not in OPPONENTS:
             raise ValueError(f"{self.name}: opponent must be one of {OPPONENTS}, got {opponent!r}")
         if off_line_opponent not in OPPONENTS or off_line_opponent == "puzzle_line":
@@ -149,9 +157,9 @@ class ChessPuzzlesEnv(TextEnv):
         if split is not None:
             if split not in ("train", "test"):
                 raise ValueError(f"split must be None, 'train' or 'test', got {split!r}")
-            train, test = train_test_split(
-                [p.puzzle_id for p in puzzles], test_fraction=test_fraction, seed=split_seed
-            )
+            ids = [p.puzzle_id for p in puzzles]
+            train, test = (head_split(ids, test_fraction=test_fraction) if split_mode == "head"
+                           else train_test_split(ids, test_fraction=test_fraction, seed=split_seed))
             keep = set(train if split == "train" else test)
             puzzles = [p for p in puzzles if p.puzzle_id in keep]
         if puzzle_ids is not None:
@@ -289,6 +297,7 @@ class ChessPuzzlesEnv(TextEnv):
             "move": None,
             "expected_move": None,
             "opponent_reply": None,
+            "opponent_uci": None,
             "fen": self._board.fen(),
             "puzzle_id": self._puzzle.puzzle_id,
         }
@@ -353,7 +362,8 @@ class ChessPuzzlesEnv(TextEnv):
             f"Correct: {san}. Opponent replied {reply_san} ({reply.uci()}).\n{describe_position(board)}\n{ASK_FOR_MOVE}"
         )
         return StepResult(
-            observation, 0.0, False, self._info(move=san, expected_move=expected_san, opponent_reply=reply_san)
+            observation, 0.0, False,
+            self._info(move=san, expected_move=expected_san, opponent_reply=reply_san, opponent_uci=reply.uci()),
         )
 
     def _follow_line(self, puzzle: ChessPuzzle, move: chess.Move) -> None:
@@ -372,10 +382,10 @@ class ChessPuzzlesEnv(TextEnv):
         self._follow_line(puzzle, move)
         wrong = line_applies and not self._on_line
         result = game_result(board, self._solver_color(puzzle))
-        reply_san = None
+        reply_san = reply_uci = None
         if result is None:
             reply = self._opponent_move(board, puzzle)
-            reply_san = board.san(reply)
+            reply_san, reply_uci = board.san(reply), reply.uci()
             board.push(reply)
             self._follow_line(puzzle, reply)
             result = game_result(board, self._solver_color(puzzle))
@@ -384,8 +394,8 @@ class ChessPuzzlesEnv(TextEnv):
         self._won = result == "win"
         reward = {"win": 1.0, "loss": -1.0}.get(result, 0.0)
         played = f"You played {san}."
-        if reply_san is not None:
-            played += f" Opponent replied {reply_san}."
+        if reply_uci is not None:
+            played += " " + OPPONENT_REPLY.format(uci=reply_uci)
         if result == "win":
             observation = f"{played} Checkmate: you won the game.\nFEN: {board.fen()}"
         elif result == "loss":
@@ -398,7 +408,7 @@ class ChessPuzzlesEnv(TextEnv):
             observation = f"{played}\n{describe_position(board)}\n{self._ask()}"
         info = self._info(
             won=self._won, wrong_move=wrong, move=san, expected_move=expected_san, opponent_reply=reply_san,
-            step_limit=step_limit, result=result,
+            opponent_uci=reply_uci, step_limit=step_limit, result=result,
         )
         return StepResult(observation, reward, self._done, info)
 

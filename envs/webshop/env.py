@@ -58,6 +58,9 @@ with ``random.seed(233)`` when the site starts):
   0-499, ``dev`` = 500-1499, ``train`` = 1500 to the end;
 * ``split_convention="verl_agent"`` (verl-agent / GiGPO's WebShop env): ``test`` = 0-499,
   ``train`` = 500 to the end, no ``dev``;
+* ``split_convention="r3l"`` (R3L's ``examples/R3L/webshop/get_webshop_data.py``, where the paper reruns SKL-SD):
+  ``train`` = goals 0-4095, ``test`` = 4096-4195 (100 goals), no ``dev``. Its train holds WebShop's usual
+  test goals 0-499;
 * ``split="all"``: every goal. ``max_goals=N`` keeps the first N goals of the split.
 
 The SkillRise paper uses the 1,000-product version with synthetic goals and evaluates on 128
@@ -161,6 +164,8 @@ GOALS_ENDPOINT = "/skl_api/goals"
 SPLIT_CONVENTIONS: dict[str, dict[str, tuple[int, int | None]]] = {
     "webshop": {"test": (0, 500), "dev": (500, 1500), "train": (1500, None)},
     "verl_agent": {"test": (0, 500), "train": (500, None)},
+    # R3L's task ids are WebShop session ints, and the site serves goals[i] to session i: the same goal list.
+    "r3l": {"train": (0, 4096), "test": (4096, 4196)},
 }
 _SESSION_IN_PATH = re.compile(r"skl[0-9a-f]+_fixed_\d+|fixed_\d+")
 _SNAPSHOT_VERSION = 1

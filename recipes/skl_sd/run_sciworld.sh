@@ -12,11 +12,23 @@ source "$RECIPE_DIR/../common.sh"
 # (~4,000): R3L lists the command templates once and no valid actions; 30 full lists would not fit the
 # response budget (README: "ScienceWorld actions").
 MAX_STEPS=30
-if [ "$CONFIG" = grpo_sciworld ]; then
-  build_tasks sciworld_plain_train "{\"split\": \"train\", \"max_steps\": $MAX_STEPS, \"action_format\": \"templates\"}"
-  build_tasks sciworld_plain_val "{\"split\": \"test\", \"max_steps\": $MAX_STEPS, \"action_format\": \"templates\"}" skl_sd_grpo_sciworld
-else
-  build_tasks sciworld_train "{\"split\": \"train\", \"max_steps\": $MAX_STEPS, \"action_format\": \"templates\"}"
-  build_tasks sciworld_val "{\"split\": \"test\", \"max_steps\": $MAX_STEPS, \"action_format\": \"templates\"}" skl_stateful_sciworld
+# The task set (envs/sciworld_env.py): R3L's, 17 task types for training and the 13 others for testing, the
+# first half of each type's variation numbers (2,294 / 1,308 tasks), as the paper reruns SKL-SD;
+# TASK_SET=package is ours before issue 37: all 30 types, the package's train and test variation lists.
+# Its datasets get their own file names, so one set never reuses the other's files.
+TASK_SET=${TASK_SET:-r3l}
+case "$TASK_SET" in
+  r3l) SUFFIX= ;;
+  package) SUFFIX=_package_tasks ;;
+  *) echo "error: TASK_SET=$TASK_SET must be r3l (R3L's types) or package (all 30, the package's variation lists)" >&2; exit 2 ;;
+esac
+KWARGS="\"task_set\": \"$TASK_SET\", \"max_steps\": $MAX_STEPS, \"action_format\": \"templates\""
+if [ "$CONFIG" = grpo_sciworld ]; then TRAIN=sciworld_plain_train VAL=sciworld_plain_val VAL_LOOP=skl_sd_grpo_sciworld
+else TRAIN=sciworld_train VAL=sciworld_val VAL_LOOP=skl_stateful_sciworld; fi
+build_tasks $TRAIN$SUFFIX "{\"split\": \"train\", $KWARGS}"
+build_tasks $VAL$SUFFIX "{\"split\": \"test\", $KWARGS}" $VAL_LOOP
+if [ -n "$SUFFIX" ]; then  # the configs name the default set's files; hydra overrides given after these win
+  OVERRIDES=(data.train_files="$DATA_DIR/$TRAIN$SUFFIX.parquet" data.val_files="$DATA_DIR/$VAL$SUFFIX.parquet"
+             "${OVERRIDES[@]+"${OVERRIDES[@]}"}")
 fi
 train

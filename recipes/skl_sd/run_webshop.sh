@@ -13,11 +13,22 @@ source "$RECIPE_DIR/../common.sh"
 export WEBSHOP_URL=${WEBSHOP_URL:-http://127.0.0.1:3000}
 # R3L's 15 steps per episode; the loops' max_turns (agent_loops.yaml: *_webshop) is the same 15.
 MAX_STEPS=15
-if [ "$CONFIG" = grpo_webshop ]; then
-  build_tasks webshop_plain_train "{\"split\": \"train\", \"max_steps\": $MAX_STEPS}"
-  build_tasks webshop_plain_val "{\"split\": \"test\", \"max_steps\": $MAX_STEPS}" skl_sd_grpo_webshop
-else
-  build_tasks webshop_train "{\"split\": \"train\", \"max_steps\": $MAX_STEPS}"
-  build_tasks webshop_val "{\"split\": \"test\", \"max_steps\": $MAX_STEPS}" skl_stateful_webshop
+# The goal split (envs/webshop/env.py SPLIT_CONVENTIONS): R3L's, train goals 0-4095 and test 4096-4195, as the
+# paper reruns SKL-SD; SPLIT_CONVENTION=webshop is WebShop's own (train 1500+, test 0-499, goals R3L trains on).
+# Its datasets get their own file names, so one split never reuses the other's files.
+SPLIT_CONVENTION=${SPLIT_CONVENTION:-r3l}
+case "$SPLIT_CONVENTION" in
+  r3l) SUFFIX= ;;
+  webshop) SUFFIX=_webshop_split ;;
+  *) echo "error: SPLIT_CONVENTION=$SPLIT_CONVENTION must be r3l (R3L's goals) or webshop (WebShop's)" >&2; exit 2 ;;
+esac
+SPLIT="\"split_convention\": \"$SPLIT_CONVENTION\""
+if [ "$CONFIG" = grpo_webshop ]; then TRAIN=webshop_plain_train VAL=webshop_plain_val VAL_LOOP=skl_sd_grpo_webshop
+else TRAIN=webshop_train VAL=webshop_val VAL_LOOP=skl_stateful_webshop; fi
+build_tasks $TRAIN$SUFFIX "{\"split\": \"train\", $SPLIT, \"max_steps\": $MAX_STEPS}"
+build_tasks $VAL$SUFFIX "{\"split\": \"test\", $SPLIT, \"max_steps\": $MAX_STEPS}" $VAL_LOOP
+if [ -n "$SUFFIX" ]; then  # the configs name the default split's files; hydra overrides given after these win
+  OVERRIDES=(data.train_files="$DATA_DIR/$TRAIN$SUFFIX.parquet" data.val_files="$DATA_DIR/$VAL$SUFFIX.parquet"
+             "${OVERRIDES[@]+"${OVERRIDES[@]}"}")
 fi
 train

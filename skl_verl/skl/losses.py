@@ -329,22 +329,54 @@ def check_skl_sd_loss(config: Any, options: SklSdOptions, loop_entry: Any) -> No
         )
 
 
+SKL_RL_OBJECTIVES = ("grpo_distill", "distill_only")
+
+
 @dataclass(frozen=True)
 class SklRlOptions(NormOptions):
     """``algorithm.skl_rl.*`` (norm and eps: the GRPO advantages of Eq. 4)."""
 
     distill_coef: Annotated[float, AtLeast(0)] = 0.1
     """λ of Eq. 4, on the distillation term."""
+    objective: Annotated[str, OneOf(*SKL_RL_OBJECTIVES)] = "grpo_distill"
+    """``grpo_distill`` (Eq. 4): GRPO on the traces plus λ times the distillation term. ``distill_only``: the
+    distillation term alone, as the authors' distillation script trains (``loss_mode=distillation`` skips the
+    policy-gradient and the KL-to-reference terms): traces get no GRPO advantage, and the reverse-KL credit is a
+    token mean over the traces' tokens (``trace_token_mean_scale``)."""
+
+
+def reverse_kl_credit(student_log_probs: torch.Tensor, teacher_log_probs: torch.Tensor, coef: float) -> torch.Tensor:
+    """Eq. 6's per-token credit on the student's sampled z tokens: −λ·(log π(z_t | s, H) − log π(z_t | τ^H_N, s, H)).
+
+    As the advantage A of verl's surrogate −A·r (r = π/π_old, 1 at the policy that sampled z), its gradient is
+    λ·(log π_s − log π_t)·∇log π_s: the gradient of the authors' sampled reverse-KL loss
+    λ·log π_s·sg(log π_s − log π_t) (the k1 estimate used as a reward; the teacher gets no gradient)."""
+    return -float(coef) * (student_log_probs - teacher_log_probs)
+
+
+def trace_token_mean_scale(is_trace: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
+    """n_all / n_trace: the factor that makes verl's token mean over every masked token of the batch a token mean
+    over the traces' tokens alone.
+
+    A teacher probe keeps its z tokens masked (the trainer passes old log-probs only for rows with a masked
+    token), so without it the probes' tokens, trained at advantage 0, would sit in the normaliser too and halve
+    the distillation step against the authors' token mean over the student's z tokens. Exact when the update
+    runs the batch as one mini-batch (as ``skl_sd_kept_token_weights``); 1 when the batch has no trace token."""
+    mask = response_mask.to(torch.float64)
+    trace_tokens = mask[torch.as_tensor(is_trace, dtype=torch.bool)].sum()
+    return mask.sum() / trace_tokens if trace_tokens > 0 else torch.ones((), dtype=mask.dtype)
 
 
 def skl_rl_estimator(token_level_rewards, response_mask, sample_fields, options, old_log_probs=None, **_):
     """SKL-RL Eq. 4: GRPO on the interleaved traces (phase 'act', grouped per task) plus λ times
-    the distillation term. Forward KL (Eq. 5): 'distill' samples (student context -> ẑ) get λ.
+    the distillation term (``objective: distill_only``: the distillation term alone, traces at advantage 0).
+    Forward KL (Eq. 5): 'distill' samples (student context -> ẑ) get λ.
     Reverse KL (Eq. 6): each 'distill_teacher' probe scores the student's z under the teacher
-    context (its ``Z_SPAN``: z's start and end in the trace, z's start in the probe); the z tokens of its trace get -λ·(log π_student − log π_teacher) per token (the
-    k1-reward policy-gradient form), from the old log-probs; probes themselves get 0.
+    context (its ``Z_SPAN``: z's start and end in the trace, z's start in the probe); the z tokens of its trace
+    get ``reverse_kl_credit`` per token, from the old log-probs; probes themselves get 0.
     Options: ``SklRlOptions``."""
     coef = float(options.distill_coef)
+    distill_only = options.objective == "distill_only"
     phase = np.asarray(sample_fields[sf.PHASE]).astype(str)
     unknown_phases = sorted(set(phase) - {"act", "distill", "distill_teacher"})
     if unknown_phases:
@@ -356,12 +388,14 @@ def skl_rl_estimator(token_level_rewards, response_mask, sample_fields, options,
     units, first = trial_units(sample_fields)
     grpo = advantages_against_reference(scores, group_codes(sample_fields[sf.SEQUENCE_ID], phase),
                                         reference_rows(first, len(units), "trials"), norm=options.norm, eps=float(options.eps))
-    per_sample = torch.where(is_trace, grpo, torch.where(torch.as_tensor(phase == "distill"), coef, 0.0))
+    trace_advantage = torch.zeros_like(grpo) if distill_only else grpo
+    per_sample = torch.where(is_trace, trace_advantage, torch.where(torch.as_tensor(phase == "distill"), coef, 0.0))
     advantages, returns = to_tokens(per_sample, scores, response_mask)
     probes = np.flatnonzero(phase == "distill_teacher")
     if probes.size:
         if old_log_probs is None:
             raise ValueError("reverse-KL distillation needs the old log-probs of the batch (compute them first)")
+        scale = trace_token_mean_scale(is_trace, response_mask) if distill_only else 1.0
         # A probe scores the z of its trace's sample: the episode's, or its move's window (skl_step_index).
         windows = sample_fields.get(sf.STEP_INDEX, np.full(len(phase), None, dtype=object))
         trace_row = {(sample_fields[sf.TRAJECTORY_ID][i], windows[i] or 0): i for i in np.flatnonzero(phase == "act")}
@@ -371,6 +405,6 @@ def skl_rl_estimator(token_level_rewards, response_mask, sample_fields, options,
             # [start, end) of z in the trace's response; the probe's z starts after its teacher context.
             start, end, probe_start = (int(x) for x in sample_fields[skl_fields.Z_SPAN][j])
             end = min(end, advantages.shape[1], start + old_log_probs.shape[1] - probe_start)
-            gap = old_log_probs[i, start:end] - old_log_probs[j, probe_start : probe_start + end - start]
-            advantages[i, start:end] -= coef * gap.to(advantages.dtype) * mask[i, start:end]
+            credit = reverse_kl_credit(old_log_probs[i, start:end], old_log_probs[j, probe_start : probe_start + end - start], coef)
+            advantages[i, start:end] += scale * credit.to(advantages.dtype) * mask[i, start:end]
     return advantages, returns

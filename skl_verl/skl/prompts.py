@@ -26,21 +26,20 @@ Write the refined knowledge of this state inside <knowledge>...</knowledge>."""
 NO_KNOWLEDGE = "(none yet)"
 
 
-def _clip(text: str, limit: int) -> str:
+def _clip(text: str, limit: int | None) -> str:
+    """``text`` on one line, cut to ``limit`` characters (None: whole)."""
     text = " ".join(text.split())
-    return text if len(text) <= limit else text[: max(0, limit - 3)] + "..."
+    return text if limit is None or len(text) <= limit else text[: max(0, limit - 3)] + "..."
 
 
-def render_rollouts(
-    rollouts, horizon: int, max_state_chars: int = 400, max_knowledge_chars: int = 300, max_chars: int = 6000
-) -> str:
+def render_rollouts(rollouts, horizon: int, max_state_chars: int | None = None, max_knowledge_chars: int | None = None) -> str:
     """Buffered partial rollouts τ^H_n(s_t) as C_t shows them (Alg. 1 line 13).
 
     Each rollout is the list of buffered transitions from a visit of s_t: the first ``horizon`` are
     the steps taken (action, reward, the knowledge the agent held at each later state, the states
     s_{t+1..t+H} reached), a transition after them only supplies the observation of s_{t+H}. Every
-    state and knowledge text is cut to its bound and the whole block to ``max_chars``, so C_t stays
-    within the prompt budget whatever the environment's observations are.
+    state and knowledge text is whole unless its bound is set (R3L's reflection sees the whole trajectory);
+    the caller keeps the whole prompt within its budget by showing fewer continuations (``SklSdAgentLoop``).
     """
     if not rollouts:
         return "(no recorded continuation)"
@@ -63,7 +62,4 @@ def render_rollouts(
         elif steps and not steps[-1].done:
             lines.append(f"  (the recorded episode stops after {len(steps)} steps without ending)")
         blocks.append("\n".join(lines))
-    text = "\n".join(blocks)
-    if len(text) > max_chars:
-        text = text[: max_chars - 40].rstrip() + "\n(further continuations cut for length)"
-    return text
+    return "\n".join(blocks)

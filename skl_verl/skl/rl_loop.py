@@ -20,7 +20,8 @@ branch moves too (the paper optimises the whole trace). The root proposal keeps 
 distinct admissible moves (at most N distinct root candidates; repeats and inadmissible moves are
 dropped, and a reply without any leaves the step unsimulated). Each branch starts from the root
 snapshot with its own env RNG (``simulation.branch_snapshot``: independent random opponents in a
-chess game). The authors' chess scripts keep the branch moves after the root proposal out of the
+chess game). A branch node whose reply names no admissible move plays a random admissible one
+(``random_move_when_invalid``, as the authors' main chess script); off, the branch ends there. The authors' chess scripts keep the branch moves after the root proposal out of the
 trained trace (``include_turn2_simulation_in_response=False``); here they are trained, as the paper
 describes. With ``random`` or ``expert_mix`` a behaviour policy plays the branches and the trace
 holds only their rendering (context, mask 0).
@@ -42,8 +43,10 @@ teacher probe per step: the student's own z tokens scored under the teacher cont
 question with the simulations shown), phase ``distill_teacher``, never trained. The ``skl_rl``
 estimator then adds the per-token credit -λ·(log π(z_t | s, H) − log π(z_t | sims, s, H)) to the
 z tokens of the trace: the policy-gradient (k1-reward) form of the reverse-KL gradient, computed
-from the old log-probs verl's trainer already has. The (z, ẑ) pairs of every step are attached as
-``skl_distill_pairs``.
+from the old log-probs verl's trainer already has. ``distill_kind: reverse_trace`` is the authors' variant
+(``skl_verl/skl/distillation.py``): the teacher probe is z's own sample with z put where ẑ was, and each sample's
+loss mask is cut to its z tokens (trained with ``algorithm.skl_rl.objective: distill_only``). The (z, ẑ) pairs of
+every step are attached as ``skl_distill_pairs``.
 
 Behaviour policies (``simulation_policy``): ``random`` (uniform admissible actions, any env with
 snapshots) and ``expert_mix`` (chess, §4.2.1: Stockfish's move with probability ``expert_rate`` —
@@ -52,13 +55,14 @@ the paper's 1/2, 1/3, 1/6 — else a random other legal move; needs the ``stockf
 
 from __future__ import annotations
 
+import random
 import re
 from collections.abc import Iterator
 from typing import Annotated, Any
 
 from verl.experimental.agent_loop.agent_loop import AgentLoopOutput
 
-from skl_verl.options import AtLeast, Between, ConfigError, OneOf
+from skl_verl.options import AtLeast, Between, ConfigError, OneOf, declared_options
 from skl_verl.rollout import sample_fields as sf
 from skl_verl.skl import fields as skl_fields
 from skl_verl.skl.fields import KnowledgeStep
@@ -68,6 +72,7 @@ from skl_verl.rollout.loop_text import render_turn
 from skl_verl.rollout.outputs import single_turn_output, stable_seed
 from skl_verl.skl.stateful_loop import StatefulAgentLoop, compact_position
 from skl_verl.rollout.prompt_safety import encode_as_text, neutralise_special_tokens
+from skl_verl.skl.distillation import student_mask, trace_teacher
 from skl_verl.skl.simulation import (
     BoardPolicy,
     Branch,
@@ -75,6 +80,7 @@ from skl_verl.skl.simulation import (
     SimStep,
     branch_snapshot,
     render_branches,
+    render_transition_tuples,
     simulate_branches,
 )
 
@@ -98,6 +104,9 @@ BRANCH_MOVE_ASK = "Reply with this branch's next move inside <move>...</move>."
 # Two stages at every branch node, as at the real state (the authors' prompts): understanding, then the move.
 BRANCH_UNDERSTANDING_ASK = "First state your understanding of this branch state inside <knowledge>...</knowledge>."
 SIMULATION_OPTIONS = ("self", "random", "expert_mix")
+# Forward (Eq. 5), reverse with our teacher context (the student's messages before z plus the simulations shown as
+# a hint), reverse with the authors' teacher sequence (the trace with z where ẑ was; skl_verl/skl/distillation.py).
+DISTILL_KINDS = ("forward", "reverse", "reverse_trace")
 BRANCH_UNDERSTANDINGS = "skl_branch_understandings"  # per real step, the understanding written at each branch node
 MAX_BRANCH_OBSERVATION_CHARS = 1500  # one branch state in the trace; chess positions are ~700 characters
 # Only the tags are searched for; what lies between them is paired up in one pass (tagged_moves), so a
@@ -158,19 +167,35 @@ def behaviour_policy(name: str, seed: int, expert_rate: float, engine_path: str 
     raise ValueError(f"simulation_policy must be one of {SIMULATION_OPTIONS}, got {name!r}")
 
 
-def check_simulation_engine(config: Any, options: Any, loop_entry: Any) -> None:
-    """A heuristic simulation by Stockfish needs the binary where the run starts, not at its first simulation."""
-    if loop_entry.get("simulation_policy") != "expert_mix":
-        return
-    from envs.base import DependencyMissingError
-    from envs.chess.engines import find_stockfish
+def check_distillation(config: Any, options: Any, loop_entry: Any) -> None:
+    """``reverse_trace`` cuts the traces' loss mask to z, so it trains only with ``objective: distill_only``; and
+    ``distill_only`` with no distillation samples (``distill_interval`` 0) would train nothing."""
+    loop = config.actor_rollout_ref.rollout.agent.default_agent_loop
+    defaults = declared_options(SklRlAgentLoop)
+    kind = loop_entry.get("distill_kind", defaults["distill_kind"].default)
+    interval = loop_entry.get("distill_interval", defaults["distill_interval"].default)
+    if kind == "reverse_trace" and options.objective != "distill_only":
+        raise ConfigError(f"agent loop {loop!r} distils with distill_kind: reverse_trace, whose traces keep only z in "
+                          f"their loss mask; set algorithm.skl_rl.objective=distill_only (it is {options.objective!r})")
+    if options.objective == "distill_only" and not interval:
+        raise ConfigError(f"algorithm.skl_rl.objective=distill_only trains only distillation, but agent loop {loop!r} "
+                          "emits none (distill_interval 0); set its distill_interval, e.g. 1")
 
-    try:
-        find_stockfish(loop_entry.get("engine_path"))
-    except DependencyMissingError as exc:
-        loop = config.actor_rollout_ref.rollout.agent.default_agent_loop
-        raise ConfigError(f"agent loop {loop!r} simulates with Stockfish (simulation_policy: expert_mix): {exc}; "
-                          "or set its engine_path") from None
+
+def check_simulation_engine(config: Any, options: Any, loop_entry: Any) -> None:
+    """A heuristic simulation by Stockfish needs the binary where the run starts, not at its first simulation
+    (and the distillation settings agree: ``check_distillation``)."""
+    if loop_entry.get("simulation_policy") == "expert_mix":
+        from envs.base import DependencyMissingError
+        from envs.chess.engines import find_stockfish
+
+        try:
+            find_stockfish(loop_entry.get("engine_path"))
+        except DependencyMissingError as exc:
+            loop = config.actor_rollout_ref.rollout.agent.default_agent_loop
+            raise ConfigError(f"agent loop {loop!r} simulates with Stockfish (simulation_policy: expert_mix): {exc}; "
+                              "or set its engine_path") from None
+    check_distillation(config, options, loop_entry)
 
 
 class SklRlAgentLoop(StatefulAgentLoop):
@@ -183,24 +208,31 @@ class SklRlAgentLoop(StatefulAgentLoop):
         expert_rate: Annotated[float, Between(0, 1)] = 0.5,
         engine_path: str | None = None,
         distill_interval: Annotated[int, AtLeast(0)] = 0,
-        distill_kind: Annotated[str, OneOf("forward", "reverse")] = "forward",
+        distill_kind: Annotated[str, OneOf(*DISTILL_KINDS)] = "forward",
         branch_understanding: bool = True,
         simulation_format_errors: bool = True,
+        random_move_when_invalid: bool = True,
         **kwargs: Any,
     ):
         """N simulations of horizon H per real step (chess: 3 and 2), by the policy itself (trained in the
         trace) or a behaviour policy shown as context (``random``; ``expert_mix``: Stockfish's move with
         probability ``expert_rate``); distillation samples every ``distill_interval`` steps (δ; 0: off),
-        forward (Eq. 5) or reverse (Eq. 6) KL. ``branch_understanding``: in self-simulation every branch node
+        forward (Eq. 5) or reverse (Eq. 6) KL (``distill_kind``: ``forward``, ``reverse`` with our teacher context,
+        ``reverse_trace`` with the authors' teacher sequence). ``branch_understanding``: in self-simulation every branch node
         past the root is two turns, understanding then move, as the authors' prompts have it (False: the move only).
         ``simulation_format_errors``: a proposal without an admissible ``<move>`` counts as a format error (False:
-        the step goes unsimulated at no cost, as the authors' chess code, whose simulation turns carry no reward)."""
+        the step goes unsimulated at no cost, as the authors' chess code, whose simulation turns carry no reward).
+        ``random_move_when_invalid``: a branch node's reply without an admissible ``<move>`` plays a random admissible
+        move (the authors' main chess script, ``random_move_when_invalid_plan_simulation=True``); False ends the
+        branch there (their distillation and N4H3 scripts)."""
         super().__init__(*args, **kwargs)
+        self.random_move_when_invalid = random_move_when_invalid
         self.simulation_format_errors = simulation_format_errors
         self.branch_understanding = branch_understanding
         self.branch_understandings: dict[int, list[str]] = {}  # real step -> the understanding written at each branch node
         self.distill_interval, self.distill_kind = distill_interval, distill_kind
         self._teacher_contexts: list[tuple[int, list[dict[str, str]]]] = []
+        self.refined_spans: dict[int, tuple[int, int]] = {}  # real step -> [start, end) of ẑ in its sample's stream
         self.simulations, self.horizon = simulations, horizon
         self.simulation_policy, self.expert_rate, self.engine_path = simulation_policy, expert_rate, engine_path
         if simulation_policy != "self":
@@ -222,6 +254,8 @@ class SklRlAgentLoop(StatefulAgentLoop):
                 if record.refined_knowledge and stream and record.context_tokens <= len(stream):
                     context = stream[: record.context_tokens]
                     outputs.append(await self._distill_sample(trace, record, position, context, sampling_params))
+        elif self.distill_kind == "reverse_trace":
+            outputs.extend(await self._trace_teachers(traces, records, sampling_params))
         else:
             for position, messages in self._teacher_contexts:
                 record = records[position]
@@ -231,6 +265,46 @@ class SklRlAgentLoop(StatefulAgentLoop):
                     probe = await self._teacher_probe(trace, record, position, messages, stream, sampling_params)
                     outputs.extend([probe] if probe is not None else [])
         return outputs
+
+    async def _trace_teachers(self, traces: list[AgentLoopOutput], records: list[KnowledgeStep], sampling_params) -> list[AgentLoopOutput]:
+        """The authors' reverse-KL distillation (``distill_kind: reverse_trace``; ``distillation.trace_teacher``):
+        per step, a teacher probe that is its sample with the student's z in ẑ's place, scored, never trained; and
+        every trace's loss mask cut to its z tokens (the student sequence), so only z is distilled and the token
+        mean runs over z as theirs. A step without ẑ, or whose teacher would not fit the response budget, gets no
+        credit (its z stays in the student mask, at advantage 0)."""
+        by_window = {t.extra_fields.get(sf.STEP_INDEX) or 0: t for t in traces}
+        z_spans: dict[int, list[tuple[int, int]]] = {}
+        probes = []
+        for position, record in enumerate(records):
+            trace = by_window.get(record.window)
+            if trace is None or record.knowledge_end is None:
+                continue
+            offset = len(trace.prompt_ids)
+            z = (record.context_tokens - offset, record.knowledge_end - offset)
+            if z[1] > len(trace.response_ids):
+                continue  # z was cut off with the sample's end
+            z_spans.setdefault(record.window, []).append(z)
+            z_hat = self.refined_spans.get(position)
+            if z_hat is None or z_hat[1] - offset > len(trace.response_ids):
+                continue
+            teacher_ids, teacher_mask, probe_start = trace_teacher(
+                list(trace.response_ids), list(trace.response_mask), z, (z_hat[0] - offset, z_hat[1] - offset))
+            if len(teacher_ids) > self.response_length:
+                continue
+            fields = {
+                sf.TRAJECTORY_ID: trace.extra_fields[sf.TRAJECTORY_ID], sf.SEQUENCE_ID: trace.extra_fields[sf.SEQUENCE_ID],
+                sf.POSITION: position, sf.PHASE: "distill_teacher", sf.TOKEN_CREDIT: None, **_window_field(trace),
+                skl_fields.Z_SPAN: [z[0], z[1], probe_start],
+            }
+            request = f"{fields[sf.TRAJECTORY_ID]}:teacher{position}"
+            logprobs, versions = await self.score_response(trace.prompt_ids, teacher_ids, request, sampling_params)
+            probe = single_turn_output(list(trace.prompt_ids), teacher_ids, 0.0, fields, logprobs,
+                                       self.weight_version_fields(versions), num_turns=2)
+            probe.response_mask = teacher_mask
+            probes.append(probe)
+        for window, trace in by_window.items():
+            trace.response_mask = student_mask(list(trace.response_mask), z_spans.get(window, []))
+        return probes
 
     async def _teacher_probe(self, trace, record: KnowledgeStep, position: int, messages, stream: list[int], sampling_params):
         """The student's z tokens after the whole teacher context (the student context with this step's
@@ -325,12 +399,20 @@ class SklRlAgentLoop(StatefulAgentLoop):
             hint = TEACHER_HINT.format(n=len(branches), h=self.horizon, branches=shown)
             messages[-1]["content"] += "\n\n" + neutralise_special_tokens(hint, self.tokenizer)
             self._teacher_contexts.append((len(episode.knowledge_steps) - 1, messages))
-        request = REFINE_REQUEST.format(n=len(branches), h=self.horizon, branches=text)
-        if not await self.add_context(context.stream, "user", request):
-            return False
+        if self.chess_prompts:  # the authors' order: the refine request, then the ẑ question as its own turn
+            history = render_transition_tuples(branches) if branches else "(simulation unavailable)"
+            requests = [self.chess_prompts.refine_request.format(branches=history),
+                        self.chess_prompts.refined_question.format(fen=self._fen)]
+        else:
+            requests = [REFINE_REQUEST.format(n=len(branches), h=self.horizon, branches=text)]
+        for request in requests:
+            if not await self.add_context(context.stream, "user", request):
+                return False
+        z_hat_start = len(context.stream.token_ids)
         reply = await self.generate_turn(context, knowledge=True)
         if reply is None:
             return False
+        self.refined_spans[len(episode.knowledge_steps) - 1] = (z_hat_start, len(context.stream.token_ids))
         step.refined_knowledge, step.refined_knowledge_error = self.read_knowledge(reply, episode)
         return True
 
@@ -343,7 +425,8 @@ class SklRlAgentLoop(StatefulAgentLoop):
         root = await self._env_call(timing, env.get_state)
         root_key = await self._env_call(timing, env.state_key)
         admissible = await self._env_call(timing, env.admissible_actions)
-        if not await self.add_context(stream, "user", PROPOSE_REQUEST.format(n=self.simulations)):
+        propose = self.chess_prompts.propose_request if self.chess_prompts else PROPOSE_REQUEST
+        if not await self.add_context(stream, "user", propose.format(n=self.simulations)):
             return None
         reply = await self.generate(context)
         if reply is None:
@@ -357,6 +440,10 @@ class SklRlAgentLoop(StatefulAgentLoop):
         states = [branch_snapshot(root, seed, b) for b in range(len(candidates))]
         steps: list[list[SimStep]] = [[] for _ in candidates]
         moves: list[str | None] = list(candidates)
+        prompts = self.chess_prompts
+        branch_request = prompts.branch_request if prompts else BRANCH_REQUEST
+        understanding_ask = prompts.branch_understanding_ask if prompts else BRANCH_UNDERSTANDING_ASK
+        move_ask = prompts.branch_move_ask if prompts else BRANCH_MOVE_ASK
         env_lost = False
         try:
             for h in range(self.horizon):
@@ -375,17 +462,19 @@ class SklRlAgentLoop(StatefulAgentLoop):
                         # window: move: the node's turns on a copy of the window, kept out of every sample.
                         node_context = self._side_context(context) if self.window == "move" else context
                         if self.branch_understanding:
-                            understanding = await self._ask(node_context, BRANCH_REQUEST.format(**node, ask=BRANCH_UNDERSTANDING_ASK), knowledge=True)
+                            understanding = await self._ask(node_context, branch_request.format(**node, ask=understanding_ask), knowledge=True)
                             if understanding is None:
                                 return None
                             self.branch_understandings.setdefault(len(episode.knowledge_steps) - 1, []).append(
                                 self.read_knowledge(understanding, episode)[0])
-                            reply = await self._ask(node_context, BRANCH_MOVE_ASK)
+                            reply = await self._ask(node_context, move_ask)
                         else:
-                            reply = await self._ask(node_context, BRANCH_REQUEST.format(**node, ask=BRANCH_MOVE_ASK))
+                            reply = await self._ask(node_context, branch_request.format(**node, ask=move_ask))
                         if reply is None:
                             return None
                         chosen = proposed_moves(reply, options, 1)
+                        if not chosen and self.random_move_when_invalid and options:
+                            chosen = [random.Random(stable_seed(f"{seed}:{b}:{h}")).choice(options)]
                         moves[b] = chosen[0] if chosen else None
                         if moves[b] is None:
                             steps[b].append(self._stopped_step(branch_steps[-1].next_state_key))
@@ -412,6 +501,9 @@ class SklRlAgentLoop(StatefulAgentLoop):
             if not env_lost:
                 await self._env_call(timing, env.set_state, root)
         return [Branch(b, root_key, self.horizon, tuple(s for s in branch_steps if s.action)) for b, branch_steps in enumerate(steps)]
+
+    def action_request(self) -> str:
+        return self.chess_prompts.simulated_action_request if self.chess_prompts else super().action_request()
 
     def _render_simulations(self, branches: list[Branch]) -> str:
         """τ^H_N(s_t) for the refine request. Self-simulation already showed every branch state in the trace

@@ -6,8 +6,11 @@ defaults that change nothing, so only the SKL-SD entries (agent_loops.yaml) play
   ends the episode, its return set to ``format_error_reward`` (R3L: −0.1 WebShop, 0 ScienceWorld).
 * ``repeat_end``: that many identical consecutive actions end the episode, its return set to ``repeat_reward``
   (R3L: 2 on WebShop at −0.1, actions naming next, prev or search exempt; 3 on ScienceWorld at 0).
-* ``episode_return: max_score``: the return is the highest ``info["score"]`` seen / 100 (R3L's ScienceWorld
-  reward), not the sum of the env's step rewards (``sum``, the default).
+* ``episode_return: max_score``: the return is the highest ``info["score"]`` seen / 100, not the sum of the env's
+  step rewards (``sum``, the default). ``max_step_gain``: the largest single-step score gain / 100, never below 0,
+  the first step's gain counted from 0 (not the reset score): what R3L's ScienceWorld workflow computes, since the
+  package's ``step`` reward is the score's change and R3L keeps the largest one (``scienceworld/utils.py``
+  ``first_rollout``). Under it a finished task returns 1 only when one step gains all 100 points.
 
 With these, the format penalty is the rule's reward: the entries set ``invalid_format_penalty: 0``.
 """
@@ -32,7 +35,7 @@ class RolloutRules(DeclaredOptions):
         repeat_end: Annotated[int, AtLeast(0)] = 0,
         repeat_reward: float = 0.0,
         repeat_exempt: str = "",
-        episode_return: Annotated[str, OneOf("sum", "max_score")] = "sum",
+        episode_return: Annotated[str, OneOf("sum", "max_score", "max_step_gain")] = "sum",
         **kwargs: Any,
     ):
         """``format_error_ends``/``format_error_reward``, ``repeat_end`` (0: off; else identical consecutive
@@ -45,7 +48,7 @@ class RolloutRules(DeclaredOptions):
         self.episode_return = episode_return
 
     async def play_episode(self, *args: Any, **kwargs: Any) -> EpisodeResult:
-        self._errors_seen, self._best_score = 0, None
+        self._errors_seen, self._best_score, self._last_score, self._best_gain = 0, None, 0.0, 0.0
         return await super().play_episode(*args, **kwargs)
 
     def _end(self, episode: EpisodeResult, reward: float, why: str) -> None:
@@ -65,6 +68,11 @@ class RolloutRules(DeclaredOptions):
             score = float(step.info["score"])
             self._best_score = score if self._best_score is None else max(self._best_score, score)
             episode.env_return = self._best_score / 100.0
+        if self.episode_return == "max_step_gain" and "score" in step.info:
+            score = float(step.info["score"])
+            self._best_gain = max(self._best_gain, score - self._last_score)
+            self._last_score = score
+            episode.env_return = self._best_gain / 100.0
         if self.repeat_end and not done:
             recent = [action for action, _ in episode.actions[-self.repeat_end:]]
             if (len(recent) == self.repeat_end and len(set(recent)) == 1

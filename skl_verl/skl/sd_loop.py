@@ -12,7 +12,8 @@ not the final score, see agent_loops.yaml). The ``skl_sd`` estimator turns (phas
 
 Bootstrapping visits ceil(f·T) uniformly sampled steps of a failed episode (seeded per trial),
 from T−1 back to 0. C_t shows s_t, N buffered continuations from s_t with the states they reached
-and the knowledge held there (each text bounded), the prior z_{s_t} and the successor z_{s_{t+H}}
+and the knowledge held there (each text whole by default, as R3L; as many continuations as fit the prompt
+budget), the prior z_{s_t} and the successor z_{s_{t+H}}
 (the ẑ refined earlier in the same loop when that state was sampled). The retry plays with ẑ as
 the policy's own knowledge turn at each refined state (response_mask 1), so D_distill trains the
 knowledge turns as well as the actions, in the format the policy uses at test time.
@@ -25,6 +26,7 @@ the checkpoint it resumed from.
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import random
@@ -44,6 +46,8 @@ from skl_verl.rollout.prompt_safety import neutralise_special_tokens
 from skl_verl.skl import prompts
 from skl_verl.skl.knowledge import Transition
 from skl_verl.skl.memory import MemoryHandle, experience_memory
+
+logger = logging.getLogger(__name__)
 
 
 def bootstrap_indices(num_states: int, fraction: float, seed: int) -> list[int]:
@@ -101,13 +105,22 @@ class SklSdAgentLoop(StatefulAgentLoop):
         buffer_scope: Annotated[str, OneOf("all", "last_epoch")] = "all",
         memory_dir: str | None = None,
         success: Annotated[str, OneOf(*SUCCESS_RULES)] = "reward_full",
+        reflect_state_chars: Annotated[int, AtLeast(1)] | None = None,
+        reflect_knowledge_chars: Annotated[int, AtLeast(1)] | None = None,
+        max_reflection_tokens: Annotated[int, AtLeast(1)] | None = 4096,
         **kwargs: Any,
     ):
         """N rollouts of horizon H per bootstrapped state (paper 3 and 3), about a fifth of the states
         bootstrapped per episode (paper ~20%), from the experience of every epoch or the last; the journal
         in ``memory_dir`` (null: beside the trainer's checkpoints when it saves them); success as R3L's
-        R(τ) ≥ 1, Alg. 1's R(τ) > 0 or the env's own flag (``episode_succeeded``)."""
+        R(τ) ≥ 1, Alg. 1's R(τ) > 0 or the env's own flag (``episode_succeeded``). ``reflect_state_chars`` and
+        ``reflect_knowledge_chars`` cut each state and knowledge text C_t shows (None: whole, as R3L's reflection
+        sees the whole trajectory); C_t is kept within the prompt budget by showing fewer continuations
+        (``_bootstrap``). ``max_reflection_tokens``: the generation cap of ẑ (R3L's reflection cap 4,096; None: the
+        response budget)."""
         super().__init__(*args, **kwargs)
+        self.reflect_state_chars, self.reflect_knowledge_chars = reflect_state_chars, reflect_knowledge_chars
+        self.max_reflection_tokens = max_reflection_tokens
         self.success = success
         self.n, self.horizon, self.fraction, self.scope = rollouts_per_state, horizon, bootstrap_fraction, buffer_scope
         self.memory_dir = memory_dir
@@ -144,6 +157,8 @@ class SklSdAgentLoop(StatefulAgentLoop):
             reflections = []
             for t in order:  # backward: T-1, ..., 0
                 reflection, z_hat = await self._bootstrap(moves, t, refined, memory, epoch, sampling_params, trial)
+                if reflection is None:  # C_t does not fit the prompt budget even without continuations
+                    continue
                 reflections.append((t, reflection, z_hat))
                 if z_hat:
                     refined[moves[t].state_key] = z_hat
@@ -189,24 +204,45 @@ class SklSdAgentLoop(StatefulAgentLoop):
         said = refined.get(key) or moves[t + self.horizon].knowledge
         return said or await memory.call("knowledge", key) or prompts.NO_KNOWLEDGE
 
+    async def _reflection_prompt(self, state: str, prior: str, rollouts: list, successor: str) -> tuple[list[int], int] | None:
+        """(C_t's prompt ids, continuations shown): as many of the N continuations as fit ``rollout.prompt_length``
+        (the last ones left out first), so verl never left-truncates the instructions out of it; None when even
+        none fit. Texts are cut only by ``reflect_state_chars`` / ``reflect_knowledge_chars``."""
+        for shown in range(len(rollouts), -1, -1):
+            block = prompts.render_rollouts(rollouts[:shown], self.horizon, self.reflect_state_chars,
+                                            self.reflect_knowledge_chars)
+            user = prompts.REFLECT_USER.format(state=state, prior=prior, count=shown, horizon=self.horizon,
+                                               rollouts=block, successor=successor)
+            messages = [
+                {"role": "system", "content": prompts.REFLECT_SYSTEM},
+                {"role": "user", "content": neutralise_special_tokens(user, self.tokenizer)},
+            ]
+            ids = await self.ct_build_initial_tokens(messages)
+            # verl cuts a longer prompt to prompt_length from the left, so a prompt of that length may be cut.
+            if len(ids) < self.rollout_config.prompt_length:
+                return ids, shown
+        return None
+
     async def _bootstrap(self, moves, t, refined, memory: MemoryHandle, epoch, sampling_params, trial):
         """Generate ẑ_{s_t} from C_t = [s_t, N buffered rollouts of horizon H, z_{s_t}, z_{s_t+H}]."""
         key = moves[t].state_key
         # H steps plus the transition after them, whose observation is the state s_{t+H} reached.
         rollouts = await memory.call("partial_rollouts", key, self.n, self.horizon + 1, self.scope, stable_seed(f"{trial}:{t}"))
         prior = await memory.call("knowledge", key, epoch - 1) if epoch > 0 else None
-        user = prompts.REFLECT_USER.format(
-            state=moves[t].observation, prior=prior or moves[t].knowledge or prompts.NO_KNOWLEDGE,
-            count=len(rollouts), horizon=self.horizon, rollouts=prompts.render_rollouts(rollouts, self.horizon),
-            successor=await self.successor_knowledge(moves, t, refined, memory),
-        )
-        messages = [
-            {"role": "system", "content": prompts.REFLECT_SYSTEM},
-            {"role": "user", "content": neutralise_special_tokens(user, self.tokenizer)},
-        ]
-        prompt_ids = await self.ct_build_initial_tokens(messages)
+        successor = await self.successor_knowledge(moves, t, refined, memory)
+        fitted = await self._reflection_prompt(moves[t].observation, prior or moves[t].knowledge or prompts.NO_KNOWLEDGE,
+                                               rollouts, successor)
+        if fitted is None:
+            logger.warning("%s: C_t of step %d does not fit data.max_prompt_length=%d without continuations; "
+                           "the state is not bootstrapped", trial, t, self.rollout_config.prompt_length)
+            return None, None
+        prompt_ids, shown = fitted
+        rollouts = rollouts[:shown]
+        params = dict(sampling_params)
+        if self.max_reflection_tokens is not None:
+            params["max_tokens"] = min(self.max_reflection_tokens, self.response_length)
         output = await self.server_manager.generate(
-            request_id=f"{trial}:reflect{t}", prompt_ids=prompt_ids, sampling_params=sampling_params
+            request_id=f"{trial}:reflect{t}", prompt_ids=prompt_ids, sampling_params=params
         )
         response_ids = list(output.token_ids)[: self.response_length]
         parsed = self.knowledge_parser(self.tokenizer.decode(response_ids, skip_special_tokens=True))

@@ -284,6 +284,22 @@ def render_branches(
     return "\n".join(lines)
 
 
+def render_transition_tuples(branches: Sequence[Branch]) -> str:
+    """``τ^H_N(s_t)`` as the authors' summary prompt lists it: one numbered line per branch, each step one
+    (state, move, opponent's move, reward, next state, game over) tuple. States are state keys (chess: the FEN
+    without its move counters); the opponent's move is the step's ``info["opponent_uci"]`` (``none`` when the
+    opponent did not move, or the env names no opponent). A branch without steps shows its root state only."""
+    lines = []
+    for branch in branches:
+        tuples = [
+            f"(State: {step.state_key}, Move: {step.action}, Opponent's move: {step.info.get('opponent_uci') or 'none'}, "
+            f"Reward: {_fmt_reward(step.reward)}, Next state: {step.next_state_key}, Game over: {step.done})"
+            for step in branch.steps
+        ]
+        lines.append(f"{branch.index + 1}. " + ("; ".join(tuples) or f"(State: {branch.root_key}, no move played)"))
+    return "\n".join(lines)
+
+
 # --------------------------------------------------------------------------- behaviour policies
 
 
@@ -323,5 +339,6 @@ __all__ = [
     "SimStep",
     "branch_snapshot",
     "render_branches",
+    "render_transition_tuples",
     "simulate_branches",
 ]

@@ -22,7 +22,9 @@ move's window), every one scored with the episode's reward, so an estimator that
 exactly the context it was sampled in. ``window_samples: last`` keeps only the last window (validation: one
 sample per game). ``window: episode`` (the default) is one stream and one sample per episode.
 ``max_knowledge_tokens`` caps a knowledge turn (``max_tokens_per_turn`` caps the others); ``compact_position``
-drops the chess board diagram from every observation (the FEN and the legal-move list stay).
+drops the chess board diagram from every observation (the FEN and the legal-move list stay). ``prompt_set:
+chess_authors`` (the chess entries) asks in the words of ``skl_verl.skl.chess_prompts`` and keeps the opponent's
+reply off the real turn, as the authors' prompt set does.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from typing import Annotated, Any
 
 from verl.experimental.agent_loop.agent_loop import AgentLoopOutput
 
+from envs.chess.board import OPPONENT_REPLY_SENTENCE
 from skl_verl.options import AtLeast, OneOf
 from skl_verl.rollout import sample_fields as sf
 from skl_verl.rollout.env_loop import EnvAgentLoop, EpisodeResult, TokenStream, TurnContext
@@ -42,6 +45,7 @@ from skl_verl.rollout.loop_text import render_turn
 from skl_verl.rollout.parsing import ParsedAction, TagActionParser
 from skl_verl.rollout.prompt_safety import encode_as_text
 from skl_verl.skl import fields as skl_fields
+from skl_verl.skl.chess_prompts import PROMPT_SETS, chess_prompt_set, observation_fen
 from skl_verl.skl.fields import KnowledgeStep
 from skl_verl.skl.rollout_rules import RolloutRules
 
@@ -102,6 +106,7 @@ class StatefulAgentLoop(RolloutRules, EnvAgentLoop):
         compact_position: bool = False,
         knowledge_format: Annotated[str, OneOf("tagged", "free")] = "tagged",
         untagged_action: Annotated[str, OneOf("retry", "as_move")] = "retry",
+        prompt_set: Annotated[str, OneOf(*PROMPT_SETS)] = "ours",
         **kwargs: Any,
     ):
         """``max_knowledge_words``: None (default) bounds a knowledge turn by the response budget only, as
@@ -112,8 +117,11 @@ class StatefulAgentLoop(RolloutRules, EnvAgentLoop):
         ``<knowledge>`` as a format error (its knowledge ""); ``free`` takes the whole reply as the knowledge,
         as the authors' chess code keeps its understanding (free text, no penalty). ``untagged_action``:
         ``retry`` answers an untagged action with what was wrong (a format error); ``as_move`` sends the whole
-        reply, cleaned, as the move (``bare_move``), as the authors' chess code does."""
-        kwargs.setdefault("system_prompt", STATEFUL_SYSTEM)
+        reply, cleaned, as the move (``bare_move``), as the authors' chess code does. ``prompt_set``: ``ours`` (the
+        generic wording below) or ``chess_authors`` (``skl_verl.skl.chess_prompts``: its system prompt unless
+        ``system_prompt`` is given, its questions and requests, no opponent's reply on the real turn)."""
+        self.chess_prompts = chess_prompt_set(prompt_set)
+        kwargs.setdefault("system_prompt", self.chess_prompts.system if self.chess_prompts else STATEFUL_SYSTEM)
         super().__init__(*args, **kwargs)
         if self.sample_granularity != "episode":
             raise ValueError("stateful loops (knowledge turn + action turn per step) play episode samples only: "
@@ -125,6 +133,7 @@ class StatefulAgentLoop(RolloutRules, EnvAgentLoop):
         """window: move: the streams of the moves before the current one, each cut after its action."""
         self._window_end: tuple[int, int] | None = None
         self._position = ""
+        self._fen = ""  # chess prompts: the real position's FEN, for the questions that carry it
         # Without a word cap the parser must not cut the body by characters either.
         max_chars = max_knowledge_words * 20 if max_knowledge_words is not None else sys.maxsize
         self.knowledge_parser = TagActionParser(tags=("knowledge",), max_action_chars=max_chars)
@@ -153,7 +162,12 @@ class StatefulAgentLoop(RolloutRules, EnvAgentLoop):
         # The question is asked of every state; pre-filled states answer it in the action request.
         if self.compact:
             observation = compact_position(observation)
-        text = f"{render_turn(observation, actions)}\n\n{KNOWLEDGE_QUESTION}"
+        question = KNOWLEDGE_QUESTION
+        if self.chess_prompts:  # the authors' real turn: the position, not the opponent's reply
+            observation = OPPONENT_REPLY_SENTENCE.sub("", observation)
+            self._fen = observation_fen(observation) or self._fen
+            question = self.chess_prompts.knowledge_question.format(fen=self._fen)
+        text = f"{render_turn(observation, actions)}\n\n{question}"
         if observation != "Try again.":  # the position a retry's window shows again
             self._position = text
         return text
@@ -250,9 +264,13 @@ class StatefulAgentLoop(RolloutRules, EnvAgentLoop):
         episode.knowledge_steps.append(step)
         if not await self.before_action(context, episode, step):
             return None
-        if not await self.add_context(context.stream, "user", ACTION_REQUEST):
+        if not await self.add_context(context.stream, "user", self.action_request()):
             return None
         return await self.generate(context)
+
+    def action_request(self) -> str:
+        """The request for the real action, after the knowledge turn (and SKL-RL's simulation)."""
+        return self.chess_prompts.action_request if self.chess_prompts else ACTION_REQUEST
 
     async def force_reply(self, context: TurnContext, text: str) -> bool:
         """Append ``text`` as the policy's own reply (response_mask 1) without sampling it: the

@@ -15,7 +15,7 @@ chess = pytest.importorskip("chess")
 from envs import make_env  # noqa: E402
 from envs.base import DependencyMissingError, EnvNotResetError, UnknownTaskError  # noqa: E402
 from envs.chess.board import state_key_of  # noqa: E402
-from envs.chess.data import SAMPLE_CSV, load_puzzles, parse_puzzles, train_test_split  # noqa: E402
+from envs.chess.data import SAMPLE_CSV, head_split, load_puzzles, parse_puzzles, train_test_split  # noqa: E402
 from envs.chess.engines import StockfishPolicy, find_stockfish  # noqa: E402
 from envs.chess.env import ChessPuzzlesEnv  # noqa: E402
 from envs.chess.policies import MixedBehaviourPolicy  # noqa: E402
@@ -336,6 +336,17 @@ def test_train_test_split_is_deterministic_and_stable() -> None:
     assert train_ids and test_ids and not train_ids & test_ids and len(train_ids | test_ids) == 40
 
 
+def test_head_split_tests_the_first_fraction_in_file_order() -> None:
+    """The authors' split: test = the first int(0.2 * N) puzzles of the rating-filtered file, train = the rest."""
+    ids = [p.puzzle_id for p in load_puzzles(max_rating=1000)]
+    assert head_split(ids) == (ids[int(0.2 * len(ids)):], ids[: int(0.2 * len(ids))])
+    test = [t.task_id for t in ChessPuzzlesEnv(max_rating=1000, split="test", split_mode="head").tasks()]
+    train = [t.task_id for t in ChessPuzzlesEnv(max_rating=1000, split="train", split_mode="head").tasks()]
+    assert test == ids[: len(test)] and train == ids[len(test):] and len(test) == int(0.2 * len(ids))
+    with pytest.raises(ValueError, match="split_mode"):
+        ChessPuzzlesEnv(split="test", split_mode="random")
+
+
 def test_make_env_builds_it() -> None:
     env = make_env("chess_puzzles", max_rating=1000)
     assert isinstance(env, ChessPuzzlesEnv) and env.supports_snapshot and env.name == "chess_puzzles"
@@ -642,6 +653,8 @@ def test_game_goes_on_after_a_move_off_the_line_and_ends_by_mate(tmp_path: Path)
     assert (off.reward, off.done, off.won) == (0.0, False, False)
     assert off.info["wrong_move"] and not off.info["on_line"] and off.info["expected_move"] == "Ra8#"
     assert off.info["opponent_reply"] == "Kh8" and off.info["result"] is None
+    # The reply is shown in UCI, never with a check or mate mark (the authors' simulator results: str(chess.Move)).
+    assert off.info["opponent_uci"] == "g8h8" and "Opponent replied g8h8." in off.observation
     assert "not the puzzle" not in off.observation and "Correct" not in off.observation  # no answer oracle
     assert "Your moves left: 9" in off.observation
     mate = env.step(mating_move(env))

@@ -201,6 +201,31 @@ def test_the_released_task_set_tests_on_dev_variations_in_its_own_order(cache_di
         SciWorldEnv(task_names=["use-thermometer"], task_set="l0", gold_cache_dir=None)
 
 
+def test_r3l_task_set_trains_on_17_types_and_tests_on_the_13_others(cache_dir):
+    """Issue 37 item 4: R3L's get_sciworld_data.py (percentage 0.5 of the raw variation numbers, for both sets)."""
+    from envs.sciworld_r3l import R3L_TRAIN_TASKS
+
+    sets = {}
+    for split in ("train", "test"):
+        e = SciWorldEnv(task_set="r3l", split=split, gold_cache_dir=cache_dir)
+        try:
+            sets[split] = [(s.metadata["task_name"], s.metadata["variation"]) for s in e.tasks()]
+        finally:
+            e.close()
+    train_types, test_types = {t for t, _ in sets["train"]}, {t for t, _ in sets["test"]}
+    assert len(train_types) == 17 and train_types == set(R3L_TRAIN_TASKS) and len(test_types) == 13
+    assert not train_types & test_types and len(train_types | test_types) == 30
+    assert (len(sets["train"]), len(sets["test"])) == (2294, 1308)
+    assert sorted(v for t, v in sets["train"] if t == "boil") == list(range(15))  # not the package's train list
+    assert "freeze" in test_types and "freeze" not in train_types
+    assert sum(t == "use-thermometer" for t, _ in sets["train"]) == 270
+    assert sum(t == "mendelian-genetics-unknown-plant" for t, _ in sets["test"]) == 240
+    with pytest.raises(ValueError, match=r"split must be one of \('train', 'test'\) with task_set='r3l'"):
+        SciWorldEnv(task_set="r3l", split="dev", gold_cache_dir=None)
+    with pytest.raises(ValueError, match=r"task_set='r3l' split='train' leaves out the tasks \['freeze'\]"):
+        SciWorldEnv(task_names=["freeze"], task_set="r3l", split="train", gold_cache_dir=None)
+
+
 def test_cap_actions_round_robin_over_verbs():
     actions = [f"connect a{i} to b{i}" for i in range(50)] + ["look around", "go to kitchen", "go to hallway"]
     kept, dropped = cap_actions(actions, 6)

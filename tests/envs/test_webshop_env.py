@@ -99,6 +99,23 @@ def test_splits_follow_the_conventions(standin):
         WebShopEnv(server_url=standin.url, split="validation")
 
 
+def test_r3l_split_is_goals_0_to_4095_for_training_and_the_next_100_for_testing():
+    """Issue 37 item 4: R3L's get_webshop_data.py (train [:4096], test [4096:4196] of the session ints)."""
+    big = MiniWebShopStandIn(n_goals=4300)
+    try:
+        def ids(split):
+            return [t.metadata["goal_index"] for t in WebShopEnv(server_url=big.url, split=split, split_convention="r3l").tasks()]
+
+        train, test = ids("train"), ids("test")
+        assert train == list(range(4096)) and (train[0], train[-1]) == (0, 4095)
+        assert test == list(range(4096, 4196)) and (test[0], test[-1], len(test)) == (4096, 4195, 100)
+        assert set(range(500)) <= set(train)  # WebShop's usual test goals are R3L training goals
+        with pytest.raises(ValueError, match="split must be 'all' or one of"):
+            WebShopEnv(server_url=big.url, split="dev", split_convention="r3l")
+    finally:
+        big.close()
+
+
 def test_difficulty_is_required_attributes_plus_options(env, standin):
     for spec in env.tasks():
         goal = standin.goals[spec.metadata["goal_index"]]

@@ -165,7 +165,8 @@ def test_lamer_alfworld(tmp_path, tiny_model_dir, alfworld_data):
 def webshop():
     from webshop_standin import MiniWebShopStandIn
 
-    server = MiniWebShopStandIn()  # 1,600 goals: train starts at goal 500 (SkillRise) or 1,500 (SKL-SD, WebShop's convention)
+    # 4,200 goals: SKL-SD's R3L split tests on goals 4,096-4,195 (trains on 0-4,095); SkillRise trains from goal 500
+    server = MiniWebShopStandIn(n_goals=4200)
     yield {"WEBSHOP_URL": server.url}
     server.close()
 

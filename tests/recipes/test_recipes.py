@@ -270,11 +270,38 @@ def test_skl_rl_distillation_ablation_config():
     config = load("skl_rl_chess_distill", recipe=SKL_RL)
     assert config.algorithm.adv_estimator == "skl_rl" and config.trainer.v1.trainer_mode == "skl_sync"
     loop = agent_loop_entry(config.actor_rollout_ref.rollout.agent.default_agent_loop)
-    # The authors' distillation script: self-generated simulation, N=3, H=1 (issue 22 item 8).
-    assert (loop.max_turns, loop.distill_interval, loop.simulations, loop.horizon) == (5, 1, 3, 1)
+    # The authors' distillation script: self-generated simulation, N=3, H=1, 10 moves a game (#37 item 8; the
+    # paper's 5 is the forward/reverse options' episode length).
+    assert (loop.max_turns, loop.distill_interval, loop.simulations, loop.horizon) == (10, 1, 3, 1)
     assert loop.simulation_policy == "self"
+    # validation plays the training loop's simulation greedily with the script's H=1 (skl_rl_chess_val)
+    assert config.skl.val_agent_loop == "skl_rl_chess_val" and config.skl.val_loop.horizon == 1
     # one move's window at the authors' per-turn caps (the game is 10 windows; recipes/skl_rl/README.md)
     assert config.data.max_response_length == 5120
+
+
+def test_a_dataset_built_with_other_arguments_stops_the_run_instead_of_training_on_it(tmp_path):
+    """recipes/common.sh build_missing: a DATA_DIR reused across settings (a split, a task set, a seed) would
+    otherwise train on the first setting's file without a word."""
+    out = tmp_path / "tasks.parquet"
+
+    def build(mark, dry_run=False):
+        script = (f'ENV_NAME=x CONFIG=y RECIPE_DIR={ROOT}/recipes/skl_sd DEFAULT_MODEL=m DATA_DIR={tmp_path}; '
+                  f'source {ROOT}/recipes/common.sh {"--dry-run" if dry_run else ""}; '
+                  f'build_missing {out} {sys.executable} -c "import sys; open(sys.argv[1], \'a\').write(sys.argv[2])" '
+                  f'{out} {mark}')
+        return subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60)
+
+    assert build("first").returncode == 0 and out.read_text() == "first"
+    assert build("first").returncode == 0 and out.read_text() == "first"  # the same arguments: reused
+    refused = build("second")
+    assert refused.returncode == 2 and out.read_text() == "first", refused.stderr
+    assert "was built with other arguments" in refused.stderr and "first" in refused.stderr and "second" in refused.stderr
+    dry = build("second", dry_run=True)  # a dry run says so and goes on
+    assert dry.returncode == 0 and "was built with other arguments" in dry.stderr
+    (tmp_path / "tasks.parquet.build").unlink()  # built before notes were kept: reused, with a warning
+    unnoted = build("second")
+    assert unnoted.returncode == 0 and "warning: reusing" in unnoted.stderr and out.read_text() == "first"
 
 
 @pytest.mark.parametrize("env", ENVS)

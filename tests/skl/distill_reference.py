@@ -74,8 +74,12 @@ simulation context. So the rollout (``skl_verl/skl/rl_loop.py``) emits the sampl
 ``skl_rl`` estimator (``skl_verl/skl/losses.py``) turns them into advantages: forward KL as a
 sample of the student context with the teacher's ``z`` as its response, weight λ; reverse KL as
 the ``"k1"`` reward form above, ``-λ (log s - log t)`` on the student's ``z`` tokens, from the old
-log-probs of the trace and of its teacher probe. Neither calls these functions, which is why they
-live beside their tests.
+log-probs of the trace and of its teacher probe (``reverse_kl_credit``). Its gradient under PPO's
+surrogate at the sampling policy is that of the authors' ``log s · sg(log s - log t)`` (their op-sd
+loss; checked on two tokens in ``test_distill_losses.py``). The probe is either the authors' teacher
+sequence (the trace with ``z`` in the place of the refined ``ẑ``: ``distill_kind: reverse_trace``,
+``skl_verl/skl/distillation.py``) or ours (the student's messages plus the simulations:
+``distill_kind: reverse``). Neither calls these functions, which is why they live beside their tests.
 """
 
 from __future__ import annotations

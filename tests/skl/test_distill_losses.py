@@ -261,3 +261,31 @@ def test_invalid_arguments_raise_value_error(call):
     s, t, mask = _inputs((2, 5, 7), seed=10)
     with pytest.raises(ValueError):
         call(s, t, mask)
+
+
+# --------------------------------------------------------------------------- the authors' sampled form, as trained
+
+
+def test_authors_sampled_reverse_kl_on_two_tokens_is_what_the_credit_trains():
+    """The authors' op-sd loss (DISTILL.sh, full_logit_distillation off): token mean of log π_s·sg(log π_s − log π_t).
+    z = two tokens, log π_s = (-1, -2), log π_t = (-1.5, -1): gaps (0.5, -1.0), loss (-0.5 + 2.0) / 2 = 0.75, gradient
+    gap / 2 = (0.25, -0.5). Our credit A = -λ·gap = (-0.5, 1.0) under verl's surrogate -A·π/π_old at the sampling
+    policy gives the same gradient (its value, -0.25, differs: only the gradient is trained)."""
+    from skl_verl.skl.losses import reverse_kl_credit
+
+    teacher = torch.tensor([-1.5, -1.0])
+    student = torch.tensor([-1.0, -2.0], requires_grad=True)
+    theirs = (student * (student - teacher).detach()).mean()
+    theirs.backward()
+    assert theirs.item() == pytest.approx(0.75)
+    torch.testing.assert_close(student.grad, torch.tensor([0.25, -0.5]))
+
+    credit = reverse_kl_credit(student.detach(), teacher, coef=1.0)
+    torch.testing.assert_close(credit, torch.tensor([-0.5, 1.0]))
+    log_prob = student.detach().clone().requires_grad_(True)
+    ours = (-credit * torch.exp(log_prob - student.detach())).mean()
+    ours.backward()
+    assert ours.item() == pytest.approx(-0.25)
+    torch.testing.assert_close(log_prob.grad, torch.tensor([0.25, -0.5]))
+    # λ scales it: the authors' distillation_loss_coef 1 against ours 0.1 before issue 37
+    torch.testing.assert_close(reverse_kl_credit(student.detach(), teacher, coef=0.1), torch.tensor([-0.05, 0.1]))

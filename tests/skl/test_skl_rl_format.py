@@ -6,9 +6,12 @@ agent-loop worker; values derived by hand from the positions."""
 import pytest
 from verl.workers.rollout.replica import TokenOutput
 
-from test_skl_rl_golden import OPENING, ROWS, GoldenChessPolicy, chess_rollout, listed_moves
+from test_skl_rl_golden import OPENING, ROWS, GoldenChessPolicy, chess_rollout, listed_moves, request_kind
 
-LENGTHS = ["data.max_prompt_length=1024", "data.max_response_length=5120"]
+# The tiny model's tokenizer spends ~2.3x Qwen's tokens on the chess prompts (the system prompt and the first
+# position: 1,256 against Qwen's 537; FENs most), and the first test simulates H=3, so the windows get 2,048 + 8,192;
+# the recipe's 1,024 + 5,120 is checked at H=2 with Qwen's own tokenizer in test_skl_rl_windows.py.
+LENGTHS = ["data.max_prompt_length=2048", "data.max_response_length=8192"]
 # (moves, outcome) of the untagged game: Black plays the first listed move (Nh6, then Rg8 and Rh8 in turn) and
 # White its first legal one; the position repeats a third time at Black's 8th move: a draw, 0.
 GAME_OUTCOME = (8, 0.0)
@@ -25,11 +28,12 @@ class UntaggedPolicy(GoldenChessPolicy):
     async def generate(self, request_id, *, prompt_ids, sampling_params, **kw):
         prompt = self.tokenizer.decode(prompt_ids)
         last_user = prompt.rsplit("<|im_start|>user", 1)[-1]
-        if "Based on your understanding" in last_user:
+        kind = request_kind(last_user)
+        if kind == "action":
             # the real position's list is the window's first (later ones are the simulator's)
             real = next(line for line in prompt.splitlines() if line.startswith("Legal moves (SAN"))
             text = self.answer(real.split(": ", 1)[1].split(", "))
-        elif ("candidate actions in a simulator" in last_user or "this branch's next move" in last_user):
+        elif kind in ("proposal", "node_move"):
             return await super().generate(request_id, prompt_ids=prompt_ids, sampling_params=sampling_params, **kw)
         else:  # z, a branch node's understanding, ẑ
             self.understandings += 1

@@ -20,6 +20,22 @@ ROWS = "PuzzleId,Rating,FEN,Solution\nbackrank,600,6k1/5ppp/8/8/8/8/8/R3R1K1 w -
 OPENING = "PuzzleId,Rating,FEN,Solution\nopening,900,rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq - 0 1,e7e5\n"
 
 
+def request_kind(last_user: str) -> str:
+    """What a user turn asks the policy for, in either prompt set (``ours``, or the chess entries' ``chess_authors``):
+    proposal, node_move, node_understanding, refine (ẑ), action, or z."""
+    if "candidate actions in a simulator" in last_user or "You are now in a simulation" in last_user:
+        return "proposal"
+    if "this branch's next move" in last_user or "next move of this simulation line" in last_user:
+        return "node_move"
+    if "Simulation branch" in last_user or "Simulation line" in last_user:
+        return "node_understanding"
+    if "Simulated continuations" in last_user or "updated understanding" in last_user:
+        return "refine"
+    if "Based on your understanding" in last_user or "<answer>SAN</answer>" in last_user:
+        return "action"
+    return "z"
+
+
 def listed_moves(prompt: str) -> list[str]:
     lists = [line.split(": ", 1)[1] for line in prompt.splitlines() if line.startswith("Legal moves (SAN")]
     return [m for m in lists[-1].split(", ") if m != "..."]
@@ -34,20 +50,24 @@ class GoldenChessPolicy:
         self.tokenizer, self.actions, self.proposal, self.branch_move = tokenizer, list(actions or []), proposal, branch_move
         self.padding, self.moves, self.users = padding, 0, []
 
+    def node_understanding(self) -> str:
+        return "<knowledge>branch view</knowledge>"
+
     async def generate(self, request_id, *, prompt_ids, sampling_params, **_):
         prompt = self.tokenizer.decode(prompt_ids)
         last_user = prompt.rsplit("<|im_start|>user", 1)[-1]
         self.users.append(last_user)
-        if "candidate actions in a simulator" in last_user:
+        kind = request_kind(last_user)
+        if kind == "proposal":
             self.proposed = self.proposal or listed_moves(prompt)[:3]  # the real state's list: the last one shown
             text = "".join(f"<move>{m}</move>" for m in self.proposed)
-        elif "Simulation branch" in last_user:
-            text = "<knowledge>branch view</knowledge>"
-        elif "this branch's next move" in last_user:
+        elif kind == "node_understanding":
+            text = self.node_understanding()
+        elif kind == "node_move":
             text = f"<move>{self.branch_move or listed_moves(prompt)[0]}</move>"
-        elif "Simulated continuations" in last_user:
+        elif kind == "refine":
             text = f"<knowledge>refined {self.padding}</knowledge>"
-        elif "Based on your understanding" in last_user:
+        elif kind == "action":
             # By now the last list shown is a branch's: the real move is the first candidate proposed.
             text = f"<action>{self.actions[self.moves] if self.actions else self.proposed[0]}</action>"
             self.moves += 1
@@ -58,8 +78,10 @@ class GoldenChessPolicy:
         return TokenOutput(token_ids=ids, log_probs=[-1.0] * len(ids), extra_fields={"global_steps": 0, **scored})
 
 
-def chess_rollout(tmp_path, model_dir, csv_text, env_kwargs, loop, loop_options, overrides, policy_class=None, **policy):
-    """One rollout (n=1, training step 1) of the agent loop ``loop`` on the puzzle in ``csv_text``."""
+def chess_rollout(tmp_path, model_dir, csv_text, env_kwargs, loop, loop_options, overrides, policy_class=None,
+                  validate=False, **policy):
+    """One rollout (n=1, training step 1) of the agent loop ``loop`` on the puzzles in ``csv_text`` (``validate``: as
+    verl's validation plays it, with the rollout's ``val_kwargs``)."""
     from omegaconf import OmegaConf
     from transformers import AutoTokenizer
 
@@ -84,7 +106,8 @@ def chess_rollout(tmp_path, model_dir, csv_text, env_kwargs, loop, loop_options,
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     client = (policy_class or GoldenChessPolicy)(tokenizer, **policy)
     rollout = AgentRollout(config, client, tokenizer, train)
-    return rollout.rollout(next(rollout.batches(1)), step=1, n=1), config, tokenizer, client
+    batch = next(rollout.batches(len(rollout.dataset), shuffle=False))
+    return rollout.rollout(batch, step=1, n=1, validate=validate), config, tokenizer, client
 
 
 def unpadded(data, i):

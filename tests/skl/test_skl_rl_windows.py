@@ -16,7 +16,7 @@ import torch
 from verl.workers.rollout.replica import TokenOutput
 
 from qwen_tokenizer import build_qwen_model_dir, qwen_ranks_file
-from test_skl_rl_golden import OPENING, chess_rollout, listed_moves, unpadded
+from test_skl_rl_golden import OPENING, chess_rollout, listed_moves, request_kind, unpadded
 
 RECIPE = Path(__file__).resolve().parents[2] / "recipes/skl_rl/config"
 KNOWLEDGE_CAP, MOVE_CAP, QWEN_WINDOW = 1024, 100, 32768
@@ -50,19 +50,20 @@ class CapFillingPolicy:
         prompt = self.tokenizer.decode(prompt_ids)
         last_user = prompt.rsplit("<|im_start|>user", 1)[-1]
         cap = sampling_params["max_tokens"]
-        if "candidate actions in a simulator" in last_user:
+        kind = request_kind(last_user)
+        if kind == "proposal":
             self.proposed = listed_moves(prompt)[:3]
-            kind, ids = "proposal", self.filled(cap, "", "".join(f"<move>{m}</move>" for m in self.proposed))
-        elif "Simulation branch" in last_user:
-            kind, ids = "node_understanding", self.filled(cap, "<knowledge>At this branch node:", "</knowledge>")
-        elif "this branch's next move" in last_user:
-            kind, ids = "node_move", self.filled(cap, "Branch node move:", f"<move>{listed_moves(prompt)[0]}</move>")
-        elif "Simulated continuations" in last_user:
-            kind, ids = "refine", self.filled(cap, "<knowledge>", "</knowledge>")
-        elif "Based on your understanding" in last_user:
-            kind, ids = "action", self.filled(cap, "", f"<action>{self.proposed[0]}</action>")
+            ids = self.filled(cap, "", "".join(f"<move>{m}</move>" for m in self.proposed))
+        elif kind == "node_understanding":
+            ids = self.filled(cap, "<knowledge>At this branch node:", "</knowledge>")
+        elif kind == "node_move":
+            ids = self.filled(cap, "Branch node move:", f"<move>{listed_moves(prompt)[0]}</move>")
+        elif kind == "refine":
+            ids = self.filled(cap, "<knowledge>", "</knowledge>")
+        elif kind == "action":
+            ids = self.filled(cap, "", f"<action>{self.proposed[0]}</action>")
         else:
-            kind, ids = "z", self.filled(cap, "<knowledge>", "</knowledge>")
+            ids = self.filled(cap, "<knowledge>", "</knowledge>")
         self.calls.append((kind, list(prompt_ids), ids, cap))
         return TokenOutput(token_ids=ids, log_probs=[-1.0] * len(ids), extra_fields={"global_steps": 0})
 

@@ -13,7 +13,7 @@ solid wood, and price lower than 159.00 dollars"; the stand-in's reward is
 Every knowledge turn is 250 words (over the old 200-word cap): no format error, so no 0.1 penalty per turn.
 
 ScienceWorld (the real JVM, scienceworld 1.2.3), task sciworld-find-living-thing-v0 of the train split with
-run_sciworld.sh's env kwargs {"split": "train", "max_steps": 30}, played through ``skl_sd_sciworld``.
+run_sciworld.sh's env kwargs {"split": "train", "task_set": "r3l", "max_steps": 30}, played through ``skl_sd_sciworld``.
 The task: "Your task is to find a(n) living thing. First, focus on the thing. Then, move it to the red box
 in the kitchen."; the agent starts in the hallway, every door open (the "easy" simplification). The step
 reward is the change of progress max(score, 0) / 100, and the episode's return R the sum of its rewards,
@@ -185,7 +185,8 @@ def test_skl_sd_webshop_golden_episode(tmp_path, tiny_model_dir, webshop_url, mo
 
 
 SCIWORLD_TASK = "sciworld-find-living-thing-v0"
-SCIWORLD_KWARGS = {"split": "train", "max_steps": 30, "action_format": "templates"}  # run_sciworld.sh's sciworld_train
+# run_sciworld.sh's sciworld_train: R3L's training types, find-living-thing among them, variations 0-149
+SCIWORLD_KWARGS = {"split": "train", "task_set": "r3l", "max_steps": 30, "action_format": "templates"}
 SCIWORLD_GOAL = ("Your task is to find a(n) living thing. First, focus on the thing. "
                  "Then, move it to the red box in the kitchen.")
 # The base dawdles in the hallway (valid moves that change nothing) and walks to the greenhouse at the last step.
@@ -244,8 +245,8 @@ def test_skl_sd_sciworld_golden_episode(tmp_path, tiny_model_dir, smollm2_dir, l
 
     monkeypatch.setenv("TENSORBOARD_DIR", str(tmp_path / "tb"))
     (entry,) = [e for e in packaged_loops() if e.name == "skl_sd_sciworld"]
-    # The recipe's entry, as shipped: R3L's 30 steps, 512 tokens a turn, and R3L's success (score 100).
-    assert (entry.max_turns, entry.max_tokens_per_turn, entry.success) == (30, 512, "won")
+    # The recipe's entry, as shipped: R3L's 30 steps, 16,384 tokens a turn, and R3L's success (score 100).
+    assert (entry.max_turns, entry.max_tokens_per_turn, entry.success) == (30, 16384, "won")
     # The scripted success is the package's own gold path (its route and animal vary from call to call).
     env = SciWorldEnv(**SCIWORLD_KWARGS)
     try:
@@ -348,12 +349,13 @@ def test_step_limits_are_one_limit_per_env():
     for env, limit in (("webshop", 15), ("sciworld", 30)):
         script = (root / f"recipes/skl_sd/run_{env}.sh").read_text()
         assert re.search(rf"^MAX_STEPS={limit}$", script, re.M), env
-        assert script.count("$MAX_STEPS") == 4 and '"max_steps": 50' not in script
+        assert script.count("$MAX_STEPS") == (2 if env == "webshop" else 1) and '"max_steps": 50' not in script
         for name in (f"skl_sd_{env}", f"skl_stateful_{env}", f"skl_sd_grpo_{env}"):
             assert loops[name].max_turns == limit, name
     # Every ScienceWorld dataset the script builds shows the templates the golden episode was measured with.
     script = (root / "recipes/skl_sd/run_sciworld.sh").read_text()
-    assert script.count('\\"action_format\\": \\"templates\\"') == 4 == script.count("build_tasks ")
+    assert script.count('\\"action_format\\": \\"templates\\"') == 1 and "$KWARGS}" in script
+    assert script.count("build_tasks ") == 2 == script.count("$KWARGS}")
 
 
 def test_recipe_settings_are_r3l_7b():

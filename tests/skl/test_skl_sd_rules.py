@@ -64,7 +64,7 @@ def test_webshop_two_identical_clicks_end_at_minus_0_1_but_two_searches_do_not(t
 def test_sciworld_rules(tmp_path, tiny_model_dir, long_window, monkeypatch):
     """find-living-thing scores 8 at reset. Three "look around" end at the third at 0 (not 0.08); an untagged
     reply at the second step ends it at 0; the package's gold path returns the best score 100 / 100 = 1.0
-    (the progress gained, the old return, was 0.92)."""
+    (the progress gained, the old return, was 0.92), and under R3L's own computation its largest step gain."""
     from envs.sciworld_env import SciWorldEnv
 
     monkeypatch.setenv("TENSORBOARD_DIR", str(tmp_path / "tb"))
@@ -76,7 +76,16 @@ def test_sciworld_rules(tmp_path, tiny_model_dir, long_window, monkeypatch):
     env = SciWorldEnv(**SCIWORLD_KWARGS)
     try:
         gold = env.gold_action_sequence(SCIWORLD_TASK)
+        env.reset(SCIWORLD_TASK)
+        scores = [env.step(action).info["score"] for action in gold]
     finally:
         env.close()
     turns, ret, score = run("gold", gold)
     assert (turns, ret, score) == (len(gold), pytest.approx(1.0), pytest.approx(1.0))
+    # R3L's own computation (episode_return: max_step_gain): the largest step gain, the first counted from 0, so
+    # the reset's 8 points are the first step's; the finished task returns that gain, well below 1
+    gains = [after - before for before, after in zip([0] + scores, scores)]
+    assert scores[-1] == 100 and 0 < max(gains) < 100
+    gained = play(tmp_path / "gold_gain", model, "skl_stateful_sciworld", "sciworld", SCIWORLD_KWARGS, SCIWORLD_TASK,
+                  gold, response_length=32768, episode_return="max_step_gain")
+    assert gained[:2] == (len(gold), pytest.approx(max(gains) / 100))
