@@ -63,7 +63,7 @@ build_missing() {
     echo "dry run: would build $out unless it exists:$(printf ' %q' "$@")"
   elif [ ! -f "$out" ]; then
     "$@"
-    printf '%s\n' "$args" > "$out.build"
+    if [ -f "$out" ]; then printf '%s\n' "$args" > "$out.build"; fi
     return
   fi
   if [ -f "$out" ] && [ -z "$noted" ]; then

@@ -139,7 +139,12 @@ def webshop_server_problems(source: str, servers: int, episodes: int, kind: str)
 
 def validation_episodes_by_server(config: DictConfig) -> dict[str, int]:
     """Concurrent validation episodes by the ``server_url`` their rows name ("" for none: the env's default),
-    read from ``data.val_files``; empty when no file is there yet (a dry run before the data is built)."""
+    read from ``data.val_files``; empty when no file is there yet (a dry run before the data is built) or the run
+    never validates (no ``val_before_train``, ``val_only`` or positive ``test_freq``)."""
+    validates = (bool(config_value(config, "trainer.val_before_train", True)) or bool(config_value(config, "trainer.val_only", False))
+                 or int(config_value(config, "trainer.test_freq", -1) or -1) > 0)
+    if not validates:  # a run that never validates plays none of these rows
+        return {}
     files = config_value(config, "data.val_files")
     files = [files] if isinstance(files, str) else list(files or [])
     if not files or not all(os.path.isfile(str(f)) for f in files):

@@ -157,3 +157,15 @@ def test_validation_rows_without_a_server_play_on_webshop_url(tmp_path):
                                          environ={"WEBSHOP_URL": "http://127.0.0.1:3000"})
     assert "webshop validation: 100 concurrent episodes on 1 server(s) of WEBSHOP_URL" in lines
     assert problems and problems[0].startswith("WEBSHOP_URL lists 1 WebShop server(s) for 100 concurrent validation")
+
+
+def test_a_run_that_never_validates_is_not_checked_for_validation_servers(tmp_path):
+    """The recipe smokes (trainer.test_freq=-1, val_before_train=false) play none of the validation rows."""
+    from omegaconf import OmegaConf
+
+    from skl_verl.trainer.env_capacity import check_env_capacity
+
+    config = OmegaConf.merge(webshop_validation(tmp_path, 100, None),
+                             {"trainer": {"test_freq": -1, "val_before_train": False}})
+    lines, problems = check_env_capacity(config, environ={"WEBSHOP_URL": "http://127.0.0.1:3000"})
+    assert "webshop validation" not in lines and not problems
