@@ -85,6 +85,19 @@ build_tasks() {
   build_missing "$out" "$PYTHON" -m skl_verl.rollout.data --env "$ENV_NAME" --env-kwargs "$2" ${3:+--agent-loop "$3"} --out "$out"
 }
 
+# build_train_val TRAIN VAL VAL_AGENT_LOOP SUFFIX TRAIN_KWARGS VAL_KWARGS: the training and validation task files
+# $DATA_DIR/TRAIN$SUFFIX.parquet and VAL$SUFFIX.parquet (build_tasks). A SUFFIX names a data setting other than the
+# recipe's default, whose files the configs name: the run is pointed at the suffixed ones (overrides given on the
+# command line come after, so they still win), and both settings' files can live in one DATA_DIR.
+build_train_val() {
+  build_tasks "$1$4" "$5"
+  build_tasks "$2$4" "$6" "$3"
+  if [ -n "$4" ]; then
+    OVERRIDES=(data.train_files="$DATA_DIR/$1$4.parquet" data.val_files="$DATA_DIR/$2$4.parquet"
+               "${OVERRIDES[@]+"${OVERRIDES[@]}"}")
+  fi
+}
+
 train() {
   check_resources
   "$PYTHON" -m skl_verl.main --config-path="$RECIPE_DIR/config" --config-name="$CONFIG" \

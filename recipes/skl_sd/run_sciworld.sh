@@ -25,10 +25,5 @@ esac
 KWARGS="\"task_set\": \"$TASK_SET\", \"max_steps\": $MAX_STEPS, \"action_format\": \"templates\""
 if [ "$CONFIG" = grpo_sciworld ]; then TRAIN=sciworld_plain_train VAL=sciworld_plain_val VAL_LOOP=skl_sd_grpo_sciworld
 else TRAIN=sciworld_train VAL=sciworld_val VAL_LOOP=skl_stateful_sciworld; fi
-build_tasks $TRAIN$SUFFIX "{\"split\": \"train\", $KWARGS}"
-build_tasks $VAL$SUFFIX "{\"split\": \"test\", $KWARGS}" $VAL_LOOP
-if [ -n "$SUFFIX" ]; then  # the configs name the default set's files; hydra overrides given after these win
-  OVERRIDES=(data.train_files="$DATA_DIR/$TRAIN$SUFFIX.parquet" data.val_files="$DATA_DIR/$VAL$SUFFIX.parquet"
-             "${OVERRIDES[@]+"${OVERRIDES[@]}"}")
-fi
+build_train_val $TRAIN $VAL $VAL_LOOP "$SUFFIX" "{\"split\": \"train\", $KWARGS}" "{\"split\": \"test\", $KWARGS}"
 train

@@ -25,10 +25,6 @@ esac
 SPLIT="\"split_convention\": \"$SPLIT_CONVENTION\""
 if [ "$CONFIG" = grpo_webshop ]; then TRAIN=webshop_plain_train VAL=webshop_plain_val VAL_LOOP=skl_sd_grpo_webshop
 else TRAIN=webshop_train VAL=webshop_val VAL_LOOP=skl_stateful_webshop; fi
-build_tasks $TRAIN$SUFFIX "{\"split\": \"train\", $SPLIT, \"max_steps\": $MAX_STEPS}"
-build_tasks $VAL$SUFFIX "{\"split\": \"test\", $SPLIT, \"max_steps\": $MAX_STEPS}" $VAL_LOOP
-if [ -n "$SUFFIX" ]; then  # the configs name the default split's files; hydra overrides given after these win
-  OVERRIDES=(data.train_files="$DATA_DIR/$TRAIN$SUFFIX.parquet" data.val_files="$DATA_DIR/$VAL$SUFFIX.parquet"
-             "${OVERRIDES[@]+"${OVERRIDES[@]}"}")
-fi
+build_train_val $TRAIN $VAL $VAL_LOOP "$SUFFIX" "{\"split\": \"train\", $SPLIT, \"max_steps\": $MAX_STEPS}" \
+  "{\"split\": \"test\", $SPLIT, \"max_steps\": $MAX_STEPS}"
 train
