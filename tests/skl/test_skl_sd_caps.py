@@ -104,7 +104,8 @@ def test_sd_loops_cap_turns_and_reflections_as_r3l():
 def test_run_scripts_default_to_r3l_splits():
     webshop = (ROOT / "recipes/skl_sd/run_webshop.sh").read_text()
     assert re.search(r"^SPLIT_CONVENTION=\$\{SPLIT_CONVENTION:-r3l\}$", webshop, re.M)
-    assert webshop.count("$SPLIT,") == 2 == webshop.count("build_tasks ")
+    # both datasets (train, test) carry the split convention: one build_train_val, two env kwargs
+    assert webshop.count("$SPLIT,") == 2 and webshop.count("build_train_val ") == 1
     sciworld = (ROOT / "recipes/skl_sd/run_sciworld.sh").read_text()
     assert re.search(r"^TASK_SET=\$\{TASK_SET:-r3l\}$", sciworld, re.M)
     assert '\\"task_set\\": \\"$TASK_SET\\"' in sciworld

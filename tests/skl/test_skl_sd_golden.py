@@ -355,7 +355,7 @@ def test_step_limits_are_one_limit_per_env():
     # Every ScienceWorld dataset the script builds shows the templates the golden episode was measured with.
     script = (root / "recipes/skl_sd/run_sciworld.sh").read_text()
     assert script.count('\\"action_format\\": \\"templates\\"') == 1 and "$KWARGS}" in script
-    assert script.count("build_tasks ") == 2 == script.count("$KWARGS}")
+    assert script.count("build_train_val ") == 1 and script.count("$KWARGS}") == 2  # train and test
 
 
 def test_recipe_settings_are_r3l_7b():
