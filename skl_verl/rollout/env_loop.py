@@ -297,13 +297,19 @@ class EnvAgentLoop(DeclaredOptions, AgentLoopBase):
         ``shown`` steps as 'action -> observation' lines, and the current observation with its actions."""
         parts = [preamble + (episode.task_text if not episode.actions else f"Task (as first observed):\n{episode.first_observation}")]
         if episode.actions:
-            recent = episode.actions[-shown:] if shown else []
-            first = len(episode.actions) - len(recent) + 1
-            lines = [f"{first + i}. {action} -> {' '.join(result.split())}" for i, (action, result) in enumerate(recent)]
-            if lines:
-                parts.append(f"Your last {len(lines)} of {len(episode.actions)} steps (action -> observation):\n" + "\n".join(lines))
+            parts += self.history_part(episode, shown)
             parts.append(f"Current observation (step {len(episode.actions) + 1}):\n{current}")
         return self.chat(system_prompt, "\n\n".join(parts))
+
+    @staticmethod
+    def history_part(episode: EpisodeResult, shown: int) -> list[str]:
+        """The last ``shown`` steps as numbered 'action -> observation' lines under their heading ([] for none)."""
+        recent = episode.actions[-shown:] if shown else []
+        first = len(episode.actions) - len(recent) + 1
+        lines = [f"{first + i}. {action} -> {' '.join(result.split())}" for i, (action, result) in enumerate(recent)]
+        if not lines:
+            return []
+        return [f"Your last {len(lines)} of {len(episode.actions)} steps (action -> observation):\n" + "\n".join(lines)]
 
     def chat(self, instructions: str, user: str) -> list[dict[str, str]]:
         """A prompt's messages: the instructions where ``instructions_at`` puts them, the worked example turn,

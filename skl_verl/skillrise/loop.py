@@ -163,12 +163,7 @@ class SkillRiseAgentLoop(EnvAgentLoop):
         if step is not None and current.startswith(step.observation):
             current = current[len(step.observation):].lstrip("\n")
         parts = [preamble + f"Task and current observation (as first observed):\n{episode.first_observation}"]
-        recent = episode.actions[-shown:] if shown else []
-        first = len(episode.actions) - len(recent) + 1
-        lines = [f"{first + i}. {action} -> {' '.join(result.split())}" for i, (action, result) in enumerate(recent)]
-        if lines:
-            parts.append(f"Your last {len(lines)} of {len(episode.actions)} steps (action -> observation):\n"
-                         + "\n".join(lines))
+        parts += self.history_part(episode, shown)
         parts.append(f"Step {len(episode.actions) + 1}:\n{current}")
         return self.chat(system_prompt, "\n\n".join(parts))
 
